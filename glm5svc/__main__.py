@@ -1,0 +1,3 @@
+from glm5svc.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,46 @@
+"""The `glm5svc` command line: one sub-command per module in glm5svc.commands."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from glm5svc import __version__
+from glm5svc.errors import Glm5Error
+
+# Each module defines register(subparsers) -> parser with set_defaults(func=run).
+COMMAND_MODULES = [
+    "command",
+    "validate",
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="glm5svc",
+        description="Launch, supervise, benchmark and observe SGLang serving GLM-5-NVFP4.",
+        allow_abbrev=False,
+    )
+    parser.add_argument("--version", action="version", version=f"glm5svc {__version__}")
+    parser.add_argument(
+        "--config",
+        metavar="PATH",
+        help="service configuration (default: $GLM5SVC_CONFIG, else /etc/glm5/glm5.yaml)",
+    )
+    subparsers = parser.add_subparsers(dest="command_name", metavar="COMMAND", required=True)
+    for name in COMMAND_MODULES:
+        importlib.import_module(f"glm5svc.commands.{name}").register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except Glm5Error as exc:
+        print(f"glm5svc: {exc.render()}", file=sys.stderr)
+        return exc.exit_status
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,1 @@
+"""Sub-commands of the glm5svc CLI, one module each."""

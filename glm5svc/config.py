@@ -1,0 +1,288 @@
+"""The service configuration (/etc/glm5/glm5.yaml): schema, defaults, loading, validation.
+
+Defaults reproduce the reference deployment (8x RTX PRO 6000 Blackwell, SM120) in
+shared/reference/deployment-facts.md. Unknown keys are errors; every problem is
+reported with its key path, what was wrong and what is allowed.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from glm5svc.errors import ConfigError
+
+DEFAULT_CONFIG_PATH = Path("/etc/glm5/glm5.yaml")
+CONFIG_ENV_VAR = "GLM5SVC_CONFIG"
+
+NCCL_P2P_LEVELS = ("LOC", "NVL", "PIX", "PXB", "PHB", "SYS")
+# NCCL's legacy integer levels: 0..5 -> LOC, PIX, PXB, PHB, SYS, SYS.
+NCCL_P2P_LEGACY = {0: "LOC", 1: "PIX", 2: "PXB", 3: "PHB", 4: "SYS", 5: "SYS"}
+
+Port = Annotated[int, Field(ge=1, le=65535)]
+PositiveInt = Annotated[int, Field(gt=0)]
+PositiveFloat = Annotated[float, Field(gt=0)]
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_default=True, frozen=True)
+
+
+class ModelSection(Section):
+    path: Path = Path("/models/GLM-5-NVFP4")
+    served_name: str = Field("glm-5", min_length=1)
+    tokenizer_path: Path | None = None
+
+    @field_validator("path")
+    @classmethod
+    def _absolute(cls, value: Path) -> Path:
+        if not value.is_absolute():
+            raise ValueError(f"must be an absolute path (got '{value}')")
+        return value
+
+
+class ServerSection(Section):
+    host: str = Field("0.0.0.0", min_length=1)
+    port: Port = 30000
+    api_key_file: Path | None = None
+    profile: str = "cu128"
+    python: Path = Path("/opt/glm5/venv/bin/python")
+    # Replaces `<python> -m sglang.launch_server` (tests run the test engine this way).
+    command: list[str] | None = None
+    extra_args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    cuda_home: Path = Path("/usr/local/cuda-12.8")
+    enable_metrics: bool = True
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    @field_validator("command")
+    @classmethod
+    def _non_empty_command(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and not value:
+            raise ValueError("must be a non-empty list of program and arguments, or null")
+        return value
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for name in value:
+            if not name or "=" in name or not name.replace("_", "A").isalnum():
+                raise ValueError(f"'{name}' is not a valid environment variable name")
+        return value
+
+
+class GpusSection(Section):
+    expected_count: Annotated[int, Field(ge=1, le=64)] = 8
+    # Used when NVML is absent (planning on a machine without the GPUs).
+    compute_capability: str = Field("12.0", pattern=r"^\d+\.\d+$")
+    visible_devices: list[Annotated[int, Field(ge=0)]] | None = None
+    nccl_p2p_level: str = "SYS"
+
+    @field_validator("nccl_p2p_level", mode="before")
+    @classmethod
+    def _p2p_level(cls, value: Any) -> str:
+        if isinstance(value, int) and not isinstance(value, bool) and value in NCCL_P2P_LEGACY:
+            return NCCL_P2P_LEGACY[value]
+        if isinstance(value, str) and value.upper() in NCCL_P2P_LEVELS:
+            return value.upper()
+        raise ValueError(f"must be one of {', '.join(NCCL_P2P_LEVELS)} or a legacy integer 0-5")
+
+    @model_validator(mode="after")
+    def _devices_match_count(self) -> GpusSection:
+        devices = self.visible_devices
+        if devices is not None:
+            if len(set(devices)) != len(devices):
+                raise ValueError(f"visible_devices lists a GPU twice: {devices}")
+            if len(devices) != self.expected_count:
+                raise ValueError(
+                    f"visible_devices has {len(devices)} GPUs but expected_count is "
+                    f"{self.expected_count}; make them agree (tensor parallel size = GPUs used)"
+                )
+        return self
+
+
+class TuningSection(Section):
+    mem_fraction_static: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.92
+    max_running_requests: Annotated[int, Field(ge=1, le=65536)] = 1024
+    cuda_graph: bool = False
+    radix_cache: Literal["auto", "on", "off"] = "auto"
+    quantization: Literal["modelopt_fp4"] = "modelopt_fp4"
+    attention_backend: Literal["flashinfer", "triton", "fa3", "flashmla", "trtllm_mla"] = (
+        "flashinfer"
+    )
+    nsa_decode_backend: Literal["trtllm", "flashmla_sparse", "flashmla_kv", "fa3", "tilelang"] = (
+        "trtllm"
+    )
+    nsa_prefill_backend: Literal["trtllm", "flashmla_sparse", "flashmla_kv", "fa3", "tilelang"] = (
+        "trtllm"
+    )
+    moe_runner_backend: Literal["flashinfer_cutlass", "auto", "triton", "cutlass"] = (
+        "flashinfer_cutlass"
+    )
+    chunked_prefill_size: PositiveInt | None = None
+    disable_shared_experts_fusion: bool = False
+    omp_num_threads: Annotated[int, Field(ge=1, le=256)] = 8
+
+
+class ServiceSection(Section):
+    listen_host: str = "127.0.0.1"
+    listen_port: Port = 9400
+    run_preflight: bool = True
+    # Give up loading when the log shows no progress for this long (Ollama's stall rule).
+    load_stall_timeout_s: PositiveFloat = 900.0
+    startup_timeout_s: PositiveFloat = 7200.0
+    probe_interval_s: PositiveFloat = 10.0
+    probe_timeout_s: PositiveFloat = 30.0
+    # Engine counted wedged after no progress and failing probes for this long.
+    wedge_window_s: PositiveFloat = 300.0
+    drain_timeout_s: PositiveFloat = 120.0
+    results_dir: Path = Path("/var/lib/glm5")
+
+
+class TelemetrySection(Section):
+    enabled: bool = True
+    period_s: Annotated[float, Field(ge=0.05, le=60)] = 1.0
+    # PCIe counters are 32-bit and wrap every ~75 ms at PCIe 5 x16 speed.
+    pcie_period_s: Annotated[float, Field(ge=0.001, le=0.05)] = 0.02
+
+
+class PostStartBenchmark(Section):
+    enabled: bool = True
+    ladder: list[PositiveInt] = Field(default_factory=lambda: [64])
+    num_prompts_per_level: PositiveInt = 128
+    degrade_below_baseline: bool = False
+
+
+class BenchmarkSection(Section):
+    ladder: list[PositiveInt] = Field(default_factory=lambda: [64, 256, 512, 1024, 2048])
+    input_len: PositiveInt = 1024
+    output_len: PositiveInt = 512
+    # Prompts per level = max(min_prompts, prompts_per_concurrency * concurrency).
+    prompts_per_concurrency: PositiveInt = 4
+    min_prompts: PositiveInt = 128
+    warmup_requests: Annotated[int, Field(ge=0)] = 16
+    seed: int = 1
+    knee_gain_pct: Annotated[float, Field(ge=0, le=100)] = 10.0
+    underused_power_share: Annotated[float, Field(gt=0, le=1)] = 0.6
+    regression_threshold_pct: Annotated[float, Field(gt=0, le=100)] = 5.0
+    baseline: str | None = "reference-8x-rtx-pro-6000"
+    post_start: PostStartBenchmark = Field(default_factory=PostStartBenchmark)
+
+    @field_validator("ladder")
+    @classmethod
+    def _ladder(cls, value: list[int]) -> list[int]:
+        if not value:
+            raise ValueError("must list at least one concurrency level")
+        if value != sorted(set(value)):
+            raise ValueError(f"must be strictly increasing without repeats (got {value})")
+        return value
+
+
+class Config(Section):
+    model: ModelSection = Field(default_factory=ModelSection)
+    server: ServerSection = Field(default_factory=ServerSection)
+    gpus: GpusSection = Field(default_factory=GpusSection)
+    tuning: TuningSection = Field(default_factory=TuningSection)
+    service: ServiceSection = Field(default_factory=ServiceSection)
+    telemetry: TelemetrySection = Field(default_factory=TelemetrySection)
+    benchmark: BenchmarkSection = Field(default_factory=BenchmarkSection)
+
+    @model_validator(mode="after")
+    def _ports_differ(self) -> Config:
+        same_port = self.service.listen_port == self.server.port
+        if same_port and self.service.listen_host in (self.server.host, "0.0.0.0"):
+            raise ValueError(
+                f"service.listen_port and server.port are both {self.server.port}; "
+                "the health listener needs its own port"
+            )
+        return self
+
+
+def resolve_config_path(cli_path: str | os.PathLike | None) -> Path:
+    """--config wins, then $GLM5SVC_CONFIG, then /etc/glm5/glm5.yaml."""
+    if cli_path:
+        return Path(cli_path)
+    if os.environ.get(CONFIG_ENV_VAR):
+        return Path(os.environ[CONFIG_ENV_VAR])
+    return DEFAULT_CONFIG_PATH
+
+
+def example_config_path() -> Path:
+    return Path(__file__).parent / "data" / "glm5.example.yaml"
+
+
+def load_config(path: str | os.PathLike | None = None) -> Config:
+    """Load and validate the config file; raises ConfigError listing every problem."""
+    config_path = resolve_config_path(path)
+    try:
+        text = config_path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(
+            f"{config_path}: no such file. Create it (example: {example_config_path()}) "
+            f"or pass --config / set {CONFIG_ENV_VAR}."
+        ) from None
+    except OSError as exc:
+        raise ConfigError(f"{config_path}: cannot read: {exc.strerror}") from None
+    return parse_config(text, source=str(config_path))
+
+
+def parse_config(text: str, source: str = "<config>") -> Config:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{source}: not valid YAML: {exc}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(
+            f"{source}: the top level must be a mapping of sections "
+            f"({', '.join(Config.model_fields)}), got {type(data).__name__}"
+        )
+    return config_from_mapping(data, source)
+
+
+def config_from_mapping(data: dict[str, Any], source: str = "<config>") -> Config:
+    try:
+        return Config.model_validate(data)
+    except ValidationError as exc:
+        problems = [describe_error(err) for err in exc.errors()]
+        raise ConfigError(f"{source}: {len(problems)} problem(s)", problems=problems) from None
+
+
+def describe_error(err: dict[str, Any]) -> str:
+    """One readable line per pydantic error: key path, what was wrong, what is allowed."""
+    loc = [str(part) for part in err["loc"]]
+    key = ".".join(loc) or "(top level)"
+    kind = err["type"]
+    given = err.get("input")
+    if kind == "extra_forbidden":
+        return f"{key}: unknown key{_did_you_mean(loc)}"
+    if kind == "literal_error":
+        return f"{key}: {given!r} is not allowed; expected {err['ctx']['expected']}"
+    message = err["msg"].removeprefix("Value error, ")
+    if kind in ("missing",):
+        return f"{key}: required"
+    return f"{key}: {message} (got {given!r})" if _short(given) else f"{key}: {message}"
+
+
+def _short(value: Any) -> bool:
+    return not isinstance(value, dict | list) and len(repr(value)) < 80
+
+
+def _did_you_mean(loc: list[str]) -> str:
+    model: type[BaseModel] = Config
+    for part in loc[:-1]:
+        field = model.model_fields.get(part)
+        annotation = getattr(field, "annotation", None) if field else None
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            break
+        model = annotation
+    allowed = list(model.model_fields)
+    close = difflib.get_close_matches(loc[-1], allowed, n=1)
+    hint = f"; did you mean '{close[0]}'?" if close else ""
+    return f"{hint} (allowed here: {', '.join(allowed)})"
