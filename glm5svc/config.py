@@ -56,7 +56,7 @@ class ServerSection(Section):
     command: list[str] | None = None
     extra_args: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
-    cuda_home: Path = Path("/usr/local/cuda-12.8")
+    cuda_home: Path | None = None  # null: the profile's toolkit (cu128: /usr/local/cuda-12.8)
     enable_metrics: bool = True
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
@@ -194,8 +194,9 @@ class Config(Section):
 
     @model_validator(mode="after")
     def _ports_differ(self) -> Config:
-        same_port = self.service.listen_port == self.server.port
-        if same_port and self.service.listen_host in (self.server.host, "0.0.0.0"):
+        hosts = {self.service.listen_host, self.server.host}
+        overlapping = len(hosts) == 1 or bool(hosts & {"0.0.0.0", "::"})
+        if self.service.listen_port == self.server.port and overlapping:
             raise ValueError(
                 f"service.listen_port and server.port are both {self.server.port}; "
                 "the health listener needs its own port"
@@ -265,8 +266,6 @@ def describe_error(err: dict[str, Any]) -> str:
     if kind == "literal_error":
         return f"{key}: {given!r} is not allowed; expected {err['ctx']['expected']}"
     message = err["msg"].removeprefix("Value error, ")
-    if kind in ("missing",):
-        return f"{key}: required"
     return f"{key}: {message} (got {given!r})" if _short(given) else f"{key}: {message}"
 
 
