@@ -40,8 +40,11 @@ def test_legacy_integer_p2p_level_becomes_a_name():
 BAD_CONFIGS = [
     ("tuning: {mem_fraction_static: 1.5}", "tuning.mem_fraction_static", "less than 1"),
     ("tuning: {mem_fraction_static: fast}", "tuning.mem_fraction_static", "valid number"),
-    ("tuning: {max_runing_requests: 64}", "tuning.max_runing_requests",
-     "did you mean 'max_running_requests'"),
+    (
+        "tuning: {max_runing_requests: 64}",
+        "tuning.max_runing_requests",
+        "did you mean 'max_running_requests'",
+    ),
     ("tunning: {}", "tunning", "did you mean 'tuning'"),
     ("gpus: {nccl_p2p_level: FAST}", "gpus.nccl_p2p_level", "LOC, NVL, PIX, PXB, PHB, SYS"),
     ("gpus: {nccl_p2p_level: 9}", "gpus.nccl_p2p_level", "legacy integer 0-5"),
@@ -101,7 +104,8 @@ def test_validate_command_exits_78_with_messages(tmp_path):
     path.write_text(textwrap.dedent("tuning:\n  mem_fraction_static: 3\n"))
     result = subprocess.run(
         [sys.executable, "-m", "glm5svc", "--config", str(path), "validate"],
-        capture_output=True, text=True,
+        capture_output=True,
+        text=True,
     )
     assert result.returncode == 78
     assert "tuning.mem_fraction_static" in result.stderr

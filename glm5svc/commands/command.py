@@ -1,0 +1,34 @@
+"""`glm5svc command`: print the launch plan (copy-pasteable), or explain every part of it."""
+
+from __future__ import annotations
+
+import json
+
+from glm5svc.config import load_config
+from glm5svc.launch_plan import plan_for_service
+
+
+def register(subparsers):
+    parser = subparsers.add_parser(
+        "command", help="print the exact sglang launch command the service would run"
+    )
+    output = parser.add_mutually_exclusive_group()
+    output.add_argument(
+        "--explain", action="store_true", help="every flag and variable with the reason for it"
+    )
+    output.add_argument("--json", action="store_true", help="the plan as JSON")
+    parser.set_defaults(func=run)
+    return parser
+
+
+def run(args) -> int:
+    plan = plan_for_service(load_config(args.config))
+    if args.json:
+        print(json.dumps(plan.summary(), indent=2))
+    elif args.explain:
+        print(plan.explain())
+    else:
+        for warning in plan.warnings:
+            print(f"# WARNING: {warning}")
+        print(plan.shell_command())
+    return 0

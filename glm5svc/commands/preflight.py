@@ -1,0 +1,21 @@
+"""`glm5svc preflight`: the doctor. Exit 1 when any check fails, 78 on a bad config."""
+
+from __future__ import annotations
+
+from glm5svc.config import load_config
+from glm5svc.preflight import report_json, run_preflight
+
+
+def register(subparsers):
+    parser = subparsers.add_parser(
+        "preflight", help="check driver, GPUs, uvm HMM, CUDA, model, stack, limits (with fixes)"
+    )
+    parser.add_argument("--json", action="store_true", help="machine-readable report")
+    parser.set_defaults(func=run)
+    return parser
+
+
+def run(args) -> int:
+    report = run_preflight(load_config(args.config))
+    print(report_json(report) if args.json else report.render())
+    return 1 if report.has_failures else 0

@@ -1,0 +1,321 @@
+"""`glm5svc preflight`: check what the reference deployment tripped on, each with its fix.
+
+Every check returns rows (ok / warn / fail / unknown); none raises. It must say the
+right thing on a machine with no GPU, and never print a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import resource
+import shutil
+import subprocess
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from glm5svc.config import Config
+from glm5svc.gpus import GpuFacts, parse_compute_capability, read_nvml_facts
+
+OK, WARN, FAIL, UNKNOWN = "ok", "warn", "fail", "unknown"
+UVM_HMM_PARAM = Path("/sys/module/nvidia_uvm/parameters/uvm_disable_hmm")
+MIN_NOFILE = 65536  # 1024 concurrent streams plus NCCL and shard files
+MIN_FREE_CACHE_BYTES = 20 * 2**30  # FlashInfer/Triton JIT caches and autotune results
+
+
+@dataclass(frozen=True)
+class CheckRow:
+    name: str
+    status: str
+    detail: str
+    fix: str = ""
+
+
+@dataclass
+class PreflightReport:
+    rows: list[CheckRow] = field(default_factory=list)
+
+    @property
+    def has_failures(self) -> bool:
+        return any(row.status == FAIL for row in self.rows)
+
+    def to_dict(self) -> dict:
+        return {"ok": not self.has_failures, "checks": [asdict(row) for row in self.rows]}
+
+    def render(self) -> str:
+        width = max((len(row.name) for row in self.rows), default=10)
+        lines = []
+        for row in self.rows:
+            lines.append(f"{row.status.upper():7} {row.name:<{width}}  {row.detail}")
+            if row.fix and row.status != OK:
+                lines.append(f"{'':7} {'':<{width}}  fix: {row.fix}")
+        verdict = "FAILED" if self.has_failures else "passed"
+        lines.append(f"preflight {verdict}: " + _counts(self.rows))
+        return "\n".join(lines)
+
+
+def _counts(rows: list[CheckRow]) -> str:
+    order = (OK, WARN, FAIL, UNKNOWN)
+    return ", ".join(f"{sum(r.status == s for r in rows)} {s}" for s in order)
+
+
+Check = Callable[["PreflightContext"], list[CheckRow]]
+
+
+@dataclass
+class PreflightContext:
+    config: Config
+    gpus: GpuFacts | None
+    nvml_error: str | None
+
+
+def run_preflight(config: Config, checks: list[Check] | None = None) -> PreflightReport:
+    try:
+        gpus, error = read_nvml_facts(), None
+    except RuntimeError as exc:
+        gpus, error = None, str(exc)
+    context = PreflightContext(config, gpus, error)
+    report = PreflightReport()
+    for check in checks or default_checks():
+        try:
+            report.rows += check(context)
+        except Exception as exc:  # a broken check must not hide the others
+            report.rows.append(CheckRow(check.__name__, UNKNOWN, f"check failed: {exc!r}"))
+    return report
+
+
+def default_checks() -> list[Check]:
+    from glm5svc.model_check import check_model_directory
+    from glm5svc.patches.preflight import check_stack_and_patches
+
+    return [
+        check_driver,
+        check_gpu_count,
+        check_compute_capability,
+        check_uvm_hmm,
+        check_uvm_device,
+        check_cuda_toolkit,
+        check_model_directory,
+        check_stack_and_patches,
+        check_gpu_processes,
+        check_rlimits,
+        check_disk,
+    ]
+
+
+def check_driver(ctx: PreflightContext) -> list[CheckRow]:
+    if ctx.gpus is None:
+        return [
+            CheckRow(
+                "nvidia driver",
+                FAIL,
+                ctx.nvml_error or "NVML unavailable",
+                "install the open NVIDIA driver on the host and the matching user-space "
+                "driver in the container (ansible-playbook site.yml)",
+            )
+        ]
+    return [CheckRow("nvidia driver", OK, f"driver {ctx.gpus.driver_version} (NVML)")]
+
+
+def check_gpu_count(ctx: PreflightContext) -> list[CheckRow]:
+    gpus = ctx.config.gpus
+    wanted = len(gpus.visible_devices) if gpus.visible_devices is not None else gpus.expected_count
+    if ctx.gpus is None:
+        return [CheckRow("gpu count", UNKNOWN, f"config expects {wanted}; no NVML to count them")]
+    seen = ctx.gpus.count
+    if gpus.visible_devices is not None and max(gpus.visible_devices) >= seen:
+        return [
+            CheckRow(
+                "gpu count",
+                FAIL,
+                f"gpus.visible_devices {gpus.visible_devices} but only GPUs 0..{seen - 1} exist",
+                "fix gpus.visible_devices, or pass all GPUs into the container",
+            )
+        ]
+    if seen < wanted:
+        return [
+            CheckRow(
+                "gpu count",
+                FAIL,
+                f"{seen} GPU(s) visible, config expects {wanted}",
+                "pass every GPU into the container (lxc passthrough role) or lower "
+                "gpus.expected_count",
+            )
+        ]
+    status = OK if seen == wanted else WARN
+    fix = "" if seen == wanted else "set gpus.expected_count or visible_devices to use them all"
+    return [CheckRow("gpu count", status, f"{seen} visible, config expects {wanted}", fix)]
+
+
+def check_compute_capability(ctx: PreflightContext) -> list[CheckRow]:
+    expected = parse_compute_capability(ctx.config.gpus.compute_capability)
+    if ctx.gpus is None:
+        return [CheckRow("compute capability", UNKNOWN, f"config expects {_sm(expected)}")]
+    seen = ctx.gpus.compute_capability
+    names = ", ".join(sorted(set(ctx.gpus.names))) or "unknown"
+    if seen == expected:
+        return [CheckRow("compute capability", OK, f"{_sm(seen)} ({names})")]
+    target = " (the SM120 target: RTX PRO 6000 Blackwell)" if expected == (12, 0) else ""
+    return [
+        CheckRow(
+            "compute capability",
+            FAIL,
+            f"{_sm(seen)} ({names}) is not the configured {_sm(expected)}{target}; the "
+            "plan's backends, patches and rules are tuned for that architecture",
+            "run on the intended GPUs, or set gpus.compute_capability and retune",
+        )
+    ]
+
+
+def _sm(capability: tuple[int, int]) -> str:
+    return "SM{}{} ({}.{})".format(*capability, *capability)
+
+
+def check_uvm_hmm(ctx: PreflightContext, param: Path = UVM_HMM_PARAM) -> list[CheckRow]:
+    fix = (
+        "on the Proxmox host: options nvidia_uvm uvm_disable_hmm=1 in "
+        "/etc/modprobe.d/nvidia-uvm.conf, then reload nvidia_uvm or reboot (host role)"
+    )
+    try:
+        value = param.read_text().strip()
+    except OSError:
+        return [CheckRow("uvm_disable_hmm", FAIL, f"{param} missing: nvidia_uvm not loaded", fix)]
+    if value in ("Y", "1"):
+        return [CheckRow("uvm_disable_hmm", OK, "Y: HMM disabled in nvidia_uvm")]
+    return [
+        CheckRow(
+            "uvm_disable_hmm",
+            FAIL,
+            f"{value}: HMM enabled; CUDA init can fail (request_free_mem_region() err -34)",
+            fix,
+        )
+    ]
+
+
+def check_uvm_device(ctx: PreflightContext, path: Path = Path("/dev/nvidia-uvm")) -> list[CheckRow]:
+    if path.exists():
+        return [CheckRow("/dev/nvidia-uvm", OK, "present")]
+    return [
+        CheckRow(
+            "/dev/nvidia-uvm",
+            FAIL,
+            "missing: CUDA cannot initialise",
+            "on the host run `nvidia-modprobe -c0 -u` (the nvidia-devices unit does it at "
+            "boot) and pass the node into the container",
+        )
+    ]
+
+
+def check_cuda_toolkit(ctx: PreflightContext) -> list[CheckRow]:
+    from glm5svc.profiles import load_profile
+
+    profile = load_profile(ctx.config.server.profile)
+    home = Path(ctx.config.server.cuda_home or profile.cuda_home)
+    nvcc = home / "bin" / "nvcc"
+    fix = f"install cuda-toolkit-{profile.cuda_version.replace('.', '-')} (container role)"
+    if not nvcc.exists():
+        return [CheckRow("cuda toolkit", FAIL, f"{nvcc} not found", fix)]
+    try:
+        out = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return [CheckRow("cuda toolkit", FAIL, f"{nvcc} does not run: {exc}", fix)]
+    match = re.search(r"release (\d+\.\d+)", out.stdout)
+    release = match.group(1) if match else "unknown"
+    if release != profile.cuda_version:
+        detail = f"{nvcc} is CUDA {release}; profile {profile.name} needs {profile.cuda_version}"
+        return [CheckRow("cuda toolkit", FAIL, detail, fix)]
+    return [CheckRow("cuda toolkit", OK, f"CUDA {release} at {home}")]
+
+
+def check_gpu_processes(ctx: PreflightContext) -> list[CheckRow]:
+    if ctx.gpus is None:
+        return [CheckRow("gpu processes", UNKNOWN, "no NVML to list processes")]
+    holders = list_gpu_processes()
+    if not holders:
+        return [CheckRow("gpu processes", OK, "no process holds a GPU")]
+    shown = ", ".join(f"pid {pid} on GPU {gpu} ({mib} MiB)" for gpu, pid, mib in holders[:6])
+    return [
+        CheckRow(
+            "gpu processes",
+            FAIL,
+            f"GPUs already in use: {shown}",
+            "stop them first (an orphaned server from a failed restart keeps its memory: "
+            "`systemctl stop glm5`, then kill the listed PIDs)",
+        )
+    ]
+
+
+def list_gpu_processes() -> list[tuple[int, int, int]]:
+    """(gpu index, pid, MiB) for every compute process NVML reports."""
+    import pynvml
+
+    pynvml.nvmlInit()
+    try:
+        found = []
+        for index in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
+                used = (proc.usedGpuMemory or 0) // 2**20
+                found.append((index, proc.pid, used))
+        return found
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def check_rlimits(ctx: PreflightContext) -> list[CheckRow]:
+    rows = []
+    _soft, nofile = resource.getrlimit(resource.RLIMIT_NOFILE)
+    nofile_ok = nofile == resource.RLIM_INFINITY or nofile >= MIN_NOFILE
+    rows.append(
+        CheckRow(
+            "RLIMIT_NOFILE",
+            OK if nofile_ok else WARN,
+            f"hard limit {_limit(nofile)} (1024 concurrent streams need >= {MIN_NOFILE})",
+            "" if nofile_ok else "LimitNOFILE=1048576 in glm5.service (the unit sets it)",
+        )
+    )
+    _soft, memlock = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+    memlock_ok = memlock == resource.RLIM_INFINITY
+    rows.append(
+        CheckRow(
+            "RLIMIT_MEMLOCK",
+            OK if memlock_ok else WARN,
+            f"hard limit {_limit(memlock)} (NCCL and pinned memory want unlimited)",
+            "" if memlock_ok else "LimitMEMLOCK=infinity in glm5.service (the unit sets it)",
+        )
+    )
+    return rows
+
+
+def _limit(value: int) -> str:
+    return "unlimited" if value == resource.RLIM_INFINITY else str(value)
+
+
+def check_disk(ctx: PreflightContext) -> list[CheckRow]:
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    rows = []
+    for label, path in (("cache disk", cache), ("results disk", ctx.config.service.results_dir)):
+        existing = _nearest_existing(path)
+        free = shutil.disk_usage(existing).free
+        enough = free >= MIN_FREE_CACHE_BYTES
+        rows.append(
+            CheckRow(
+                label,
+                OK if enough else WARN,
+                f"{free / 2**30:.1f} GiB free at {existing} (for {path})",
+                "" if enough else f"free at least {MIN_FREE_CACHE_BYTES // 2**30} GiB there",
+            )
+        )
+    return rows
+
+
+def _nearest_existing(path: Path) -> Path:
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def report_json(report: PreflightReport) -> str:
+    return json.dumps(report.to_dict(), indent=2)

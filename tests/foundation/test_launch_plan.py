@@ -1,0 +1,231 @@
+"""The launch plan: exact argv/env for the reference, and its rules."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from glm5svc.config import Config, config_from_mapping
+from glm5svc.errors import ConfigError
+from glm5svc.gpus import GpuFacts
+from glm5svc.launch_plan import DEFAULT_SECRETS_FILE, build_launch_plan
+
+SM120_X8 = GpuFacts(8, (12, 0), "580.95.05", ["NVIDIA RTX PRO 6000 Blackwell"] * 8, "nvml")
+H200_X1 = GpuFacts(1, (9, 0), "580.159.04", ["NVIDIA H200"], "nvml")
+
+
+def plan_for(mapping=None, gpus=SM120_X8, nsa_fix=None):
+    config = config_from_mapping(mapping or {}) if mapping else Config()
+    return build_launch_plan(config, gpus=gpus, nsa_fix_in_place=nsa_fix)
+
+
+def pairs(argv):
+    """Flags of an argv as {name: value or None}."""
+    found, name = {}, None
+    for token in argv:
+        if token.startswith("--"):
+            name = token
+            found[name] = None
+        elif name:
+            found[name] = token
+    return found
+
+
+def test_reference_launch():
+    plan = plan_for()
+    assert plan.argv[:3] == ["/opt/glm5/venv/bin/python", "-m", "sglang.launch_server"]
+    flags = pairs(plan.argv)
+    assert flags["--tp-size"] == "8"
+    assert "--tp" not in flags
+    assert flags["--quantization"] == "modelopt_fp4"
+    assert flags["--mem-fraction-static"] == "0.92"
+    assert flags["--max-running-requests"] == "1024"
+    assert flags["--attention-backend"] == "flashinfer"
+    assert flags["--nsa-decode-backend"] == flags["--nsa-prefill-backend"] == "trtllm"
+    assert flags["--moe-runner-backend"] == "flashinfer_cutlass"
+    assert "--disable-cuda-graph" in flags
+    assert "--disable-radix-cache" in flags
+    assert "--enable-flashinfer-allreduce-fusion" not in flags
+    assert "--num-continuous-decode-steps" not in flags
+    assert plan.env == {
+        "PYTHONUNBUFFERED": "1",
+        "NCCL_IB_DISABLE": "1",
+        "NCCL_P2P_LEVEL": "SYS",
+        "NCCL_MIN_NCHANNELS": "8",
+        "OMP_NUM_THREADS": "8",
+        "SAFETENSORS_FAST_GPU": "1",
+        "CUDA_HOME": "/usr/local/cuda-12.8",
+    }
+    assert plan.warnings == []
+
+
+def test_every_entry_has_a_reason():
+    plan = plan_for()
+    assert all(len(entry.reason) > 5 for entry in plan.entries)
+    text = plan.explain()
+    assert "--tp-size 8" in text and "tensor parallel size = GPUs used" in text
+
+
+def test_radix_cache_follows_the_nsa_fix():
+    assert "--disable-radix-cache" not in plan_for(nsa_fix=True).argv
+    unknown = plan_for(nsa_fix=None)
+    assert "could not be checked" in unknown.entries[-1].reason or any(
+        "could not be checked" in e.reason for e in unknown.entries
+    )
+    assert (
+        "--disable-radix-cache" in plan_for({"tuning": {"radix_cache": "off"}}, nsa_fix=True).argv
+    )
+    forced = plan_for({"tuning": {"radix_cache": "on"}}, nsa_fix=False)
+    assert "--disable-radix-cache" not in forced.argv
+    assert any("patch apply" in w for w in forced.warnings)
+
+
+def test_tp_size_is_the_gpus_used():
+    plan = plan_for({"gpus": {"expected_count": 4, "visible_devices": [4, 5, 6, 7]}})
+    assert pairs(plan.argv)["--tp-size"] == "4"
+    assert plan.env["CUDA_VISIBLE_DEVICES"] == "4,5,6,7"
+
+
+def test_too_few_gpus_warns():
+    plan = plan_for(gpus=GpuFacts(4, (12, 0), "580", [], "nvml"))
+    assert any("NVML sees 4" in w for w in plan.warnings)
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--enable-flashinfer-allreduce-fusion"], "236 tok/s"),
+        (["--num-continuous-decode-steps", "4"], "read it nowhere"),
+        (["--tp", "8"], "abbreviation"),
+        (["--tp-size", "4"], "derived from the GPUs used"),
+        (["8192"], "comes before any flag"),
+    ],
+)
+def test_forbidden_extra_args(extra, message):
+    with pytest.raises(ConfigError, match=message):
+        plan_for({"server": {"extra_args": extra}})
+
+
+def test_allreduce_fusion_is_allowed_off_sm120():
+    plan = plan_for({"server": {"extra_args": ["--enable-flashinfer-allreduce-fusion"]}}, H200_X1)
+    assert "--enable-flashinfer-allreduce-fusion" in plan.argv
+
+
+def test_extra_args_merge_last_and_warn_on_override():
+    plan = plan_for(
+        {"server": {"extra_args": ["--mem-fraction-static=0.88", "--chunked-prefill-size", "8192"]}}
+    )
+    flags = pairs(plan.argv)
+    assert flags["--mem-fraction-static"] == "0.88"
+    assert plan.argv.count("--mem-fraction-static") == 1
+    assert plan.argv[-2:] == ["--chunked-prefill-size", "8192"]
+    assert any("--mem-fraction-static 0.92" in w for w in plan.warnings)
+
+
+def test_env_overrides_warn():
+    plan = plan_for({"server": {"env": {"NCCL_P2P_LEVEL": "PHB", "NCCL_DEBUG": "INFO"}}})
+    assert plan.env["NCCL_P2P_LEVEL"] == "PHB" and plan.env["NCCL_DEBUG"] == "INFO"
+    assert any("NCCL_P2P_LEVEL=SYS" in w for w in plan.warnings)
+
+
+def test_api_key_never_in_argv(tmp_path):
+    key_file = tmp_path / "key"
+    key_file.write_text("sk-very-secret\n")
+    plan = plan_for({"server": {"api_key_file": str(key_file)}})
+    assert not any("sk-very-secret" in token for token in plan.argv)
+    assert "sk-very-secret" not in json.dumps(plan.summary())
+    assert "sk-very-secret" not in plan.explain()
+    assert plan.secret_files[DEFAULT_SECRETS_FILE] == "api-key: sk-very-secret\n"
+    assert pairs(plan.argv)["--config"] == str(DEFAULT_SECRETS_FILE)
+
+
+def test_unreadable_api_key_file_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError, match="server.api_key_file"):
+        plan_for({"server": {"api_key_file": str(tmp_path / "nope")}})
+
+
+def test_non_sm120_gpus_are_named():
+    plan = plan_for(gpus=H200_X1)
+    assert any("SM90, not the SM120 target" in n for n in plan.notes)
+
+
+def test_shell_command_round_trips_through_a_shell():
+    plan = plan_for({"server": {"extra_args": ["--chunked-prefill-size", "8192"]}})
+    script = plan.shell_command().replace("env ", "printf '%s\\n' ", 1)
+    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True)
+    env_part = [f"{k}={v}" for k, v in plan.env.items()]
+    assert out.stdout.splitlines() == env_part + plan.argv
+
+
+def test_argv_is_accepted_by_the_real_sglang_parser(sglang_parser_python, tmp_path):
+    key_file = tmp_path / "key"
+    key_file.write_text("k")
+    plan = plan_for(
+        {
+            "model": {"tokenizer_path": "/models/tok"},
+            "server": {
+                "api_key_file": str(key_file),
+                "extra_args": ["--chunked-prefill-size", "8192"],
+            },
+            "tuning": {"disable_shared_experts_fusion": True},
+        }
+    )
+    script = Path(__file__).with_name("parse_with_sglang.py")
+    result = subprocess.run(
+        [str(sglang_parser_python), str(script), json.dumps(plan.argv[3:])],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr[-2000:]
+    parsed = json.loads(result.stdout.splitlines()[-1])
+    assert parsed["tensor_parallel_size"] == 8
+    assert parsed["quantization"] == "modelopt_fp4"
+    assert parsed["mem_fraction_static"] == 0.92
+    assert parsed["max_running_requests"] == 1024
+    assert parsed["attention_backend"] == "flashinfer"
+    assert parsed["nsa_decode_backend"] == parsed["nsa_prefill_backend"] == "trtllm"
+    assert parsed["moe_runner_backend"] == "flashinfer_cutlass"
+    assert parsed["disable_cuda_graph"] is True
+    assert parsed["disable_radix_cache"] is True
+    assert parsed["enable_metrics"] is True
+    assert parsed["disable_shared_experts_fusion"] is True
+    assert parsed["chunked_prefill_size"] == 8192
+    assert parsed["served_model_name"] == "glm-5"
+    assert parsed["model_path"] == "/models/GLM-5-NVFP4"
+    assert parsed["tokenizer_path"] == "/models/tok"
+    assert parsed["config"] == str(DEFAULT_SECRETS_FILE)
+    assert parsed["enable_flashinfer_allreduce_fusion"] is False
+
+
+def test_real_parser_rejects_the_tp_abbreviation(sglang_parser_python):
+    script = Path(__file__).with_name("parse_with_sglang.py")
+    argv = ["--model-path", "/m", "--tp", "8"]
+    result = subprocess.run(
+        [str(sglang_parser_python), str(script), json.dumps(argv)], capture_output=True, text=True
+    )
+    assert result.returncode == 2, "allow_abbrev=False must refuse --tp"
+
+
+def test_command_explain_on_example_config():
+    from glm5svc.config import example_config_path
+
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "glm5svc",
+            "--config",
+            str(example_config_path()),
+            "command",
+            "--explain",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "--tp-size 8" in result.stdout
+    assert "NCCL_P2P_LEVEL SYS" in result.stdout or "NCCL_P2P_LEVEL=SYS" in result.stdout
