@@ -1,0 +1,452 @@
+#!/usr/bin/env python3
+"""Benchmark of the GPU telemetry sampler on real GPUs (all visible GPUs at once).
+
+Measures: the cost of one sample per GPU (median, p99) beside the naive PcieThroughput
+call; PCIe counting accuracy (counted bytes / payload of pinned host<->device copies while
+the fast PCIe loop runs, and whether a counter wrap was lost); power rising toward the limit
+under a bf16 matmul load, with the clock-event reasons seen. Prints figures, writes JSON.
+
+    PYTHONPATH=. python3 bench/telemetry.py --out results/telemetry-bench.json
+
+Needs torch with CUDA and nvidia-ml-py; not part of the unit tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import importlib.metadata
+import json
+import os
+import platform
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import pynvml  # noqa: E402
+
+from glm5svc.telemetry import PynvmlSource, Sampler  # noqa: E402
+from glm5svc.telemetry.nvml import (  # noqa: E402
+    FI_PCIE_COUNT_RX_BYTES,
+    FI_PCIE_COUNT_TX_BYTES,
+    FI_PCIE_REPLAY_COUNTER,
+    FI_POWER_INSTANT,
+    FI_TOTAL_ENERGY_CONSUMPTION,
+)
+
+GIB = 2**30
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def summarise_us(samples_ns: list[int]) -> dict:
+    us = [s / 1000 for s in samples_ns]
+    return {"n": len(us), "median_us": percentile(us, 0.5), "p99_us": percentile(us, 0.99)}
+
+
+def time_call(call, n: int) -> dict:
+    samples = []
+    for _ in range(n):
+        t0 = time.perf_counter_ns()
+        try:
+            call()
+        except pynvml.NVMLError as exc:
+            return {"error": str(exc)}
+        samples.append(time.perf_counter_ns() - t0)
+    return summarise_us(samples)
+
+
+def per_call_costs(handle, n: int) -> dict:
+    n_ = pynvml
+    calls = {
+        "PowerUsage": (lambda: n_.nvmlDeviceGetPowerUsage(handle), n),
+        "EnforcedPowerLimit": (lambda: n_.nvmlDeviceGetEnforcedPowerLimit(handle), n),
+        "UtilizationRates": (lambda: n_.nvmlDeviceGetUtilizationRates(handle), n),
+        "MemoryInfo": (lambda: n_.nvmlDeviceGetMemoryInfo(handle), n),
+        "Temperature": (lambda: n_.nvmlDeviceGetTemperature(handle, n_.NVML_TEMPERATURE_GPU), n),
+        "ClockInfo(SM)": (lambda: n_.nvmlDeviceGetClockInfo(handle, n_.NVML_CLOCK_SM), n),
+        "ClockInfo(MEM)": (lambda: n_.nvmlDeviceGetClockInfo(handle, n_.NVML_CLOCK_MEM), n),
+        "CurrentClocksEventReasons": (
+            lambda: n_.nvmlDeviceGetCurrentClocksEventReasons(handle),
+            n,
+        ),
+        "PerformanceState": (lambda: n_.nvmlDeviceGetPerformanceState(handle), n),
+        "CurrPcieLinkGeneration": (lambda: n_.nvmlDeviceGetCurrPcieLinkGeneration(handle), n),
+        "CurrPcieLinkWidth": (lambda: n_.nvmlDeviceGetCurrPcieLinkWidth(handle), n),
+        "PcieReplayCounter": (lambda: n_.nvmlDeviceGetPcieReplayCounter(handle), n),
+        "ComputeRunningProcesses": (lambda: n_.nvmlDeviceGetComputeRunningProcesses(handle), n),
+        "TotalEnergyConsumption": (lambda: n_.nvmlDeviceGetTotalEnergyConsumption(handle), 30),
+        "FieldValues[energy 83]": (
+            lambda: n_.nvmlDeviceGetFieldValues(handle, [FI_TOTAL_ENERGY_CONSUMPTION]),
+            30,
+        ),
+        "FieldValues[power_instant 186]": (
+            lambda: n_.nvmlDeviceGetFieldValues(handle, [FI_POWER_INSTANT]),
+            n,
+        ),
+        "FieldValues[186,83,94] (sample batch)": (
+            lambda: n_.nvmlDeviceGetFieldValues(
+                handle, [FI_POWER_INSTANT, FI_TOTAL_ENERGY_CONSUMPTION, FI_PCIE_REPLAY_COUNTER]
+            ),
+            n,
+        ),
+        "FieldValues[197,198] (PCIe counters)": (
+            lambda: n_.nvmlDeviceGetFieldValues(
+                handle, [FI_PCIE_COUNT_TX_BYTES, FI_PCIE_COUNT_RX_BYTES]
+            ),
+            n,
+        ),
+        "PcieThroughput(TX) naive": (
+            lambda: n_.nvmlDeviceGetPcieThroughput(handle, n_.NVML_PCIE_UTIL_TX_BYTES),
+            5,
+        ),
+        "PcieThroughput(RX) naive": (
+            lambda: n_.nvmlDeviceGetPcieThroughput(handle, n_.NVML_PCIE_UTIL_RX_BYTES),
+            5,
+        ),
+    }
+    return {name: time_call(call, count) for name, (call, count) in calls.items()}
+
+
+def per_call_costs_gpu0(n: int) -> dict:
+    pynvml.nvmlInit()
+    try:
+        return per_call_costs(pynvml.nvmlDeviceGetHandleByIndex(0), n)
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def naive_cost(result: dict) -> float | None:
+    calls = result.get("per_call_cost_gpu0", {})
+    try:
+        return (
+            result["sampler_cost"]["0"]["read_sample"]["median_us"]
+            + calls["PcieThroughput(TX) naive"]["median_us"]
+            + calls["PcieThroughput(RX) naive"]["median_us"]
+        )
+    except KeyError:
+        return None
+
+
+def sampler_costs(n: int) -> dict:
+    """The sampler's own reads, per GPU: the slow sample, the PCIe read, and both together."""
+    source = PynvmlSource()
+    gpus = source.open()
+    result = {}
+    try:
+        for gpu in gpus:
+            i = gpu.index
+            sample = time_call(lambda i=i: source.read_sample(i), n)
+            pcie = time_call(lambda i=i: source.read_pcie_bytes(i), n)
+
+            def whole(i=i):
+                source.read_sample(i)
+                source.read_pcie_bytes(i)
+
+            both = time_call(whole, n)
+            result[str(i)] = {"read_sample": sample, "read_pcie": pcie, "whole_sample": both}
+    finally:
+        source.close()
+    return result
+
+
+def pcie_accuracy(torch, devices: list[int], copy_gib: int, chunk_gib: int, period: float):
+    chunk = chunk_gib * GIB
+    repeats = max(1, copy_gib // chunk_gib)
+    hosts = [torch.empty(chunk, dtype=torch.uint8, pin_memory=True) for _ in devices]
+    devs = [torch.empty(chunk, dtype=torch.uint8, device=f"cuda:{d}") for d in devices]
+    for host in hosts:
+        host.fill_(1)
+    for host, dev in zip(hosts, devs, strict=True):  # warm-up, outside the windows
+        dev[: 64 * 2**20].copy_(host[: 64 * 2**20])
+        host[: 64 * 2**20].copy_(dev[: 64 * 2**20])
+    sync_all(torch, devices)
+    result = {"chunk_bytes": chunk, "repeats": repeats, "pcie_period_s": period}
+    sampler = Sampler(period_s=0.5, pcie_period_s=period).start()
+    try:
+        for direction, copy in (
+            ("host_to_device", lambda h, d: d.copy_(h, non_blocking=True)),
+            ("device_to_host", lambda h, d: h.copy_(d, non_blocking=True)),
+        ):
+            window = sampler.open_window(direction)
+            t0 = time.perf_counter()
+            for _ in range(repeats):
+                for host, dev in zip(hosts, devs, strict=True):
+                    copy(host, dev)
+                sync_all(torch, devices)
+            elapsed = time.perf_counter() - t0
+            stats = sampler.close_window(window)
+            payload = chunk * repeats
+            per_gpu = []
+            for g in stats.gpus:
+                # NVML's TX/RX are from the GPU's side: host->device arrives as RX.
+                counted = g.pcie_rx_bytes if direction == "host_to_device" else g.pcie_tx_bytes
+                other = g.pcie_tx_bytes if direction == "host_to_device" else g.pcie_rx_bytes
+                per_gpu.append(
+                    {
+                        "gpu": g.gpu,
+                        "payload_bytes": payload,
+                        "counted_bytes": counted,
+                        "counted_over_payload": counted / payload if counted is not None else None,
+                        "other_direction_bytes": other,
+                        "gaps_possible_lost_wrap": g.pcie_gaps,
+                        "payload_gb_per_s": payload / elapsed / 1e9,
+                    }
+                )
+            result[direction] = {"seconds": elapsed, "gpus": per_gpu}
+        result["counter_reads"] = sampler.pcie_counter_stats()
+    finally:
+        sampler.stop()
+        del hosts, devs
+        torch.cuda.empty_cache()
+    return result
+
+
+def sync_all(torch, devices):
+    for d in devices:
+        torch.cuda.synchronize(d)
+
+
+def matmul_power(torch, devices: list[int], seconds: float, size: int) -> dict:
+    sampler = Sampler(period_s=0.25, pcie_period_s=0.02).start()
+    timeline = []
+    stop = threading.Event()
+
+    def record():
+        t0 = time.monotonic()
+        while not stop.wait(0.5):
+            snap = sampler.snapshot()
+            for g in snap.gpus:
+                timeline.append(
+                    {
+                        "t_s": round(time.monotonic() - t0, 2),
+                        "gpu": g.index,
+                        "power_w": g.power_w,
+                        "power_instant_w": g.power_instant_w,
+                        "power_limit_w": g.power_limit_w,
+                        "sm_clock_mhz": g.sm_clock_mhz,
+                        "temperature_c": g.temperature_c,
+                        "reasons": list(g.clock_event_reasons),
+                    }
+                )
+
+    try:
+        sampler.wait_for_sample(5)
+        idle = {g.index: g.to_dict() for g in sampler.snapshot().gpus}
+        mats = [torch.randn(size, size, dtype=torch.bfloat16, device=f"cuda:{d}") for d in devices]
+        outs = [torch.empty_like(m) for m in mats]
+        recorder = threading.Thread(target=record, daemon=True)
+        recorder.start()
+        window = sampler.open_window("matmul")
+        t0 = time.perf_counter()
+        count = 0
+        while time.perf_counter() - t0 < seconds:
+            for _ in range(10):
+                for m, o in zip(mats, outs, strict=True):
+                    torch.matmul(m, m, out=o)
+            count += 10
+            sync_all(torch, devices)
+        elapsed = time.perf_counter() - t0
+        stats = sampler.close_window(window)
+        stop.set()
+        recorder.join()
+    finally:
+        stop.set()
+        sampler.stop()
+    tflops = 2 * size**3 * count / elapsed / 1e12
+    reach = {}
+    for g in stats.gpus:
+        limit = g.power_limit_w or 0
+        first = next(
+            (
+                p["t_s"]
+                for p in timeline
+                if p["gpu"] == g.gpu and p["power_w"] and limit and p["power_w"] >= 0.9 * limit
+            ),
+            None,
+        )
+        reach[str(g.gpu)] = first
+    return {
+        "seconds": elapsed,
+        "matrix_size": size,
+        "tflops_per_gpu": tflops,
+        "idle": idle,
+        "window": stats.to_dict(),
+        "seconds_to_90pct_of_limit": reach,
+        "timeline": timeline,
+    }
+
+
+def environment(devices) -> dict:
+    pynvml.nvmlInit()
+    try:
+        gpus = []
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            h = pynvml.nvmlDeviceGetHandleByIndex(i)
+            name = pynvml.nvmlDeviceGetName(h)
+            gpus.append(name.decode() if isinstance(name, bytes) else name)
+        driver = pynvml.nvmlSystemGetDriverVersion()
+    finally:
+        pynvml.nvmlShutdown()
+    return {
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "gpus": gpus,
+        "gpu_name": gpus[0] if gpus else None,
+        "gpu_count": len(gpus),
+        "driver": driver.decode() if isinstance(driver, bytes) else driver,
+        "nvidia_ml_py": importlib.metadata.version("nvidia-ml-py"),
+        "python": platform.python_version(),
+        "host": platform.node(),
+        "cpu_count": os.cpu_count(),
+    }
+
+
+def write_json(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as f:
+        json.dump(data, f, indent=2, default=str)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(f.name, path)
+
+
+def fmt_us(stat: dict) -> str:
+    if "error" in stat:
+        return f"error: {stat['error']}"
+    return f"median {stat['median_us']:9.1f} us   p99 {stat['p99_us']:9.1f} us"
+
+
+def report(result: dict) -> None:
+    try:
+        _report(result)
+    except Exception:  # a missing phase must not hide the JSON
+        traceback.print_exc()
+
+
+def _report(result: dict) -> None:
+    env = result["environment"]
+    print(
+        f"{env['date']}  {env['gpu_count']}x {env['gpu_name']}  driver {env['driver']}  "
+        f"nvidia-ml-py {env['nvidia_ml_py']}  torch {env.get('torch')}"
+    )
+    print("\nPer-call cost (GPU 0):")
+    for name, stat in result["per_call_cost_gpu0"].items():
+        print(f"  {name:40s} {fmt_us(stat)}")
+    print("\nSampler cost per GPU per sample:")
+    for gpu, costs in result["sampler_cost"].items():
+        for name, stat in costs.items():
+            print(f"  GPU {gpu} {name:14s} {fmt_us(stat)}")
+    naive = result.get("naive_sample_cost_us")
+    print(f"  naive sample (read_sample + PcieThroughput TX + RX), GPU 0: ~{naive} us")
+    acc = result.get("pcie_accuracy")
+    if acc:
+        print(f"\nPCIe accuracy (fast loop every {acc['pcie_period_s'] * 1000:.0f} ms):")
+        for direction in ("host_to_device", "device_to_host"):
+            for g in acc[direction]["gpus"]:
+                ratio = g["counted_over_payload"]
+                print(
+                    f"  GPU {g['gpu']} {direction:15s} payload {g['payload_bytes'] / GIB:6.1f} GiB"
+                    f"  counted {(g['counted_bytes'] or 0) / GIB:6.1f} GiB  ratio "
+                    f"{ratio if ratio is None else round(ratio, 4)}  "
+                    f"{g['payload_gb_per_s']:.1f} GB/s  possible lost wraps "
+                    f"{g['gaps_possible_lost_wrap']}"
+                )
+        for r in acc["counter_reads"]:
+            print(
+                f"  GPU {r['gpu']}: {r['reads']} reads, longest interval "
+                f"{r['max_read_interval_s'] * 1000:.1f} ms, wrap period at link max "
+                f"{r['wrap_period_s'] * 1000:.1f} ms"
+            )
+    power = result.get("matmul_power")
+    if power:
+        print(
+            f"\nPower under bf16 matmul {power['matrix_size']}^3 for {power['seconds']:.0f} s "
+            f"({power['tflops_per_gpu']:.0f} TFLOP/s per GPU):"
+        )
+        for gpu, idle in power["idle"].items():
+            print(
+                f"  GPU {gpu} idle: {idle['power_w']} W avg, {idle['power_instant_w']} W instant,"
+                f" reasons {idle['clock_event_reasons']}"
+            )
+        for g in power["window"]["gpus"]:
+            print(
+                f"  GPU {g['gpu']} load: average {g['average_power_w']:.0f} W, peak "
+                f"{g['peak_power_w']:.0f} W of {g['power_limit_w']:.0f} W limit "
+                f"(share {g['power_share_of_limit']:.2f}, "
+                f"peak {g['peak_power_share_of_limit']:.2f})"
+                f", SM clock {g['min_sm_clock_mhz']}-{g['max_sm_clock_mhz']} MHz, "
+                f"power-limited {g['power_limited_s']:.1f} s, "
+                f"thermal {g['thermal_limited_s']:.1f} s,"
+                f" reasons seen {g['clock_event_reasons_seen']}, "
+                f"90% of limit after {power['seconds_to_90pct_of_limit'][str(g['gpu'])]} s"
+            )
+        for p in power["timeline"][:: max(1, len(power["timeline"]) // 12)]:
+            print(
+                f"    t={p['t_s']:5.1f}s gpu{p['gpu']} {p['power_w']} W "
+                f"(instant {p['power_instant_w']}) SM {p['sm_clock_mhz']} MHz {p['reasons']}"
+            )
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=Path("results/telemetry-bench.json"))
+    parser.add_argument("--samples", type=int, default=300, help="reads per cost figure")
+    parser.add_argument("--copy-gib", type=int, default=32, help="payload per direction per GPU")
+    parser.add_argument("--chunk-gib", type=int, default=4)
+    parser.add_argument("--pcie-period", type=float, default=0.02)
+    parser.add_argument("--matmul-seconds", type=float, default=25.0)
+    parser.add_argument("--matmul-size", type=int, default=8192)
+    parser.add_argument("--skip-torch", action="store_true", help="cost figures only")
+    args = parser.parse_args(argv)
+
+    torch = None
+    if not args.skip_torch:
+        import torch  # noqa: PLC0415 - optional: only the copy and load phases need it
+    devices = list(range(torch.cuda.device_count())) if torch else []
+    result: dict = {"environment": environment(devices)}
+    if torch:
+        result["environment"]["torch"] = torch.__version__
+    phases = [("per_call_cost_gpu0", lambda: per_call_costs_gpu0(args.samples))]
+    phases.append(("sampler_cost", lambda: sampler_costs(args.samples)))
+    if torch:
+        phases.append(
+            (
+                "pcie_accuracy",
+                lambda: pcie_accuracy(
+                    torch, devices, args.copy_gib, args.chunk_gib, args.pcie_period
+                ),
+            )
+        )
+        phases.append(
+            (
+                "matmul_power",
+                lambda: matmul_power(torch, devices, args.matmul_seconds, args.matmul_size),
+            )
+        )
+    failed = False
+    for name, phase in phases:
+        print(f"-- {name}", flush=True)
+        try:
+            result[name] = phase()
+        except Exception:  # keep the other phases' figures
+            failed = True
+            result[name] = {"error": traceback.format_exc()}
+            print(result[name]["error"], file=sys.stderr, flush=True)
+        if name == "sampler_cost" and "error" not in result[name]:
+            result["naive_sample_cost_us"] = naive_cost(result)
+        write_json(args.out, result)
+    report(result)
+    print(f"\nwrote {args.out}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

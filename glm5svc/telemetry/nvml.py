@@ -1,0 +1,242 @@
+"""The small interface through which all NVML access goes, and its pynvml implementation.
+
+Tests substitute a fake `NvmlSource` fed with recorded counter sequences.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+# NVML field ids (nvml.h), so this module needs no pynvml import to be read.
+FI_TOTAL_ENERGY_CONSUMPTION = 83
+FI_PCIE_REPLAY_COUNTER = 94
+FI_POWER_INSTANT = 186
+FI_PCIE_COUNT_TX_BYTES = 197
+FI_PCIE_COUNT_RX_BYTES = 198
+
+# One batched field read per sample: cheaper than the separate functions.
+SAMPLE_FIELDS = (FI_POWER_INSTANT, FI_TOTAL_ENERGY_CONSUMPTION, FI_PCIE_REPLAY_COUNTER)
+PCIE_FIELDS = (FI_PCIE_COUNT_TX_BYTES, FI_PCIE_COUNT_RX_BYTES)
+
+
+class NvmlUnavailable(Exception):
+    """NVML cannot be used on this machine (no driver, no library, no GPU); says why."""
+
+
+@dataclass(frozen=True)
+class GpuIdentity:
+    index: int
+    name: str
+    uuid: str
+    pci_bus_id: str
+    memory_total_bytes: int | None = None
+    max_pcie_generation: int | None = None
+    max_pcie_width: int | None = None
+
+
+@dataclass
+class RawSample:
+    """One slow-period reading of one GPU; None where the GPU does not support a reading."""
+
+    power_w: float | None = None
+    power_instant_w: float | None = None
+    power_limit_w: float | None = None
+    energy_mj: int | None = None
+    gpu_utilization_pct: float | None = None
+    memory_utilization_pct: float | None = None
+    memory_used_bytes: int | None = None
+    memory_total_bytes: int | None = None
+    temperature_c: float | None = None
+    sm_clock_mhz: float | None = None
+    memory_clock_mhz: float | None = None
+    clock_event_reasons: int | None = None
+    performance_state: int | None = None
+    pcie_generation: int | None = None
+    pcie_width: int | None = None
+    pcie_replay_count: int | None = None
+    processes: list[tuple[int, int | None]] = field(default_factory=list)
+    errors: dict[str, str] = field(default_factory=dict)
+
+
+class NvmlSource(Protocol):
+    def open(self) -> list[GpuIdentity]:
+        """Initialise NVML and list the GPUs; raise NvmlUnavailable saying why not."""
+
+    def close(self) -> None: ...
+
+    def driver_version(self) -> str | None: ...
+
+    def read_sample(self, index: int) -> RawSample: ...
+
+    def read_energy_mj(self, index: int) -> int | None: ...
+
+    def read_pcie_bytes(self, index: int) -> tuple[int | None, int | None]:
+        """Raw (tx, rx) 32-bit counter values."""
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def field_value(entry: Any) -> int | float | None:
+    """The value of one nvmlFieldValue_t, or None if NVML reported an error for it."""
+    if entry.nvmlReturn != 0:
+        return None
+    kind = entry.valueType
+    value = entry.value
+    # nvmlValueType_t: 0 double, 1 uint, 2 ulong, 3 ulonglong, 4 slonglong, 5 sint, 6 ushort
+    return {
+        0: lambda: value.dVal,
+        1: lambda: value.uiVal,
+        2: lambda: value.ulVal,
+        3: lambda: value.ullVal,
+        4: lambda: value.sllVal,
+        5: lambda: value.siVal,
+        6: lambda: value.usVal,
+    }.get(kind, lambda: value.ullVal)()
+
+
+class PynvmlSource:
+    """NvmlSource over nvidia-ml-py (module `pynvml`)."""
+
+    def __init__(self, module: Any = None):
+        self._nvml = module
+        self._handles: list[Any] = []
+        self._initialised = False
+
+    def open(self) -> list[GpuIdentity]:
+        nvml = self._nvml
+        if nvml is None:
+            try:
+                nvml = self._nvml = importlib.import_module("pynvml")
+            except ImportError:
+                raise NvmlUnavailable(
+                    "no NVML binding: install nvidia-ml-py (module pynvml)"
+                ) from None
+        try:
+            nvml.nvmlInit()
+        except nvml.NVMLError as exc:
+            raise NvmlUnavailable(describe_init_error(nvml, exc)) from None
+        self._initialised = True
+        try:
+            count = nvml.nvmlDeviceGetCount()
+            self._handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+            gpus = [self._identity(i, h) for i, h in enumerate(self._handles)]
+        except nvml.NVMLError as exc:
+            self.close()
+            raise NvmlUnavailable(f"NVML could not list the GPUs: {exc}") from None
+        if not gpus:
+            self.close()
+            raise NvmlUnavailable("the NVIDIA driver is loaded but reports no GPU")
+        return gpus
+
+    def close(self) -> None:
+        if self._initialised:
+            self._initialised = False
+            try:
+                self._nvml.nvmlShutdown()
+            except self._nvml.NVMLError:
+                pass
+        self._handles = []
+
+    def driver_version(self) -> str | None:
+        return self._optional("driver", self._nvml.nvmlSystemGetDriverVersion, {})
+
+    def _identity(self, index: int, handle: Any) -> GpuIdentity:
+        nvml = self._nvml
+        errors: dict[str, str] = {}
+        pci = self._optional("pci", nvml.nvmlDeviceGetPciInfo, errors, handle)
+        memory = self._optional("memory", nvml.nvmlDeviceGetMemoryInfo, errors, handle)
+        return GpuIdentity(
+            index=index,
+            name=_text(nvml.nvmlDeviceGetName(handle)),
+            uuid=_text(nvml.nvmlDeviceGetUUID(handle)),
+            pci_bus_id=_text(pci.busId) if pci is not None else "",
+            memory_total_bytes=memory.total if memory is not None else None,
+            max_pcie_generation=self._optional(
+                "pcie_gen", nvml.nvmlDeviceGetMaxPcieLinkGeneration, errors, handle
+            ),
+            max_pcie_width=self._optional(
+                "pcie_width", nvml.nvmlDeviceGetMaxPcieLinkWidth, errors, handle
+            ),
+        )
+
+    def _optional(self, name: str, call, errors: dict[str, str], *args):
+        try:
+            return call(*args)
+        except self._nvml.NVMLError_NotSupported:
+            return None
+        except self._nvml.NVMLError as exc:
+            errors[name] = str(exc)
+            return None
+
+    def read_sample(self, index: int) -> RawSample:
+        nvml, handle = self._nvml, self._handles[index]
+        s = RawSample()
+        e = s.errors
+        opt = self._optional
+        milliwatts = opt("power", nvml.nvmlDeviceGetPowerUsage, e, handle)
+        s.power_w = milliwatts / 1000 if milliwatts is not None else None
+        limit = opt("power_limit", nvml.nvmlDeviceGetEnforcedPowerLimit, e, handle)
+        s.power_limit_w = limit / 1000 if limit is not None else None
+        fields = opt("fields", nvml.nvmlDeviceGetFieldValues, e, handle, list(SAMPLE_FIELDS))
+        if fields is not None:
+            instant, energy, replay = (field_value(f) for f in fields)
+            s.power_instant_w = instant / 1000 if instant is not None else None
+            s.energy_mj = int(energy) if energy is not None else None
+            s.pcie_replay_count = int(replay) if replay is not None else None
+        if s.energy_mj is None:
+            s.energy_mj = opt("energy", nvml.nvmlDeviceGetTotalEnergyConsumption, e, handle)
+        if s.pcie_replay_count is None:
+            s.pcie_replay_count = opt("replay", nvml.nvmlDeviceGetPcieReplayCounter, e, handle)
+        util = opt("utilization", nvml.nvmlDeviceGetUtilizationRates, e, handle)
+        if util is not None:
+            s.gpu_utilization_pct, s.memory_utilization_pct = util.gpu, util.memory
+        memory = opt("memory", nvml.nvmlDeviceGetMemoryInfo, e, handle)
+        if memory is not None:
+            s.memory_used_bytes, s.memory_total_bytes = memory.used, memory.total
+        s.temperature_c = opt(
+            "temperature", nvml.nvmlDeviceGetTemperature, e, handle, nvml.NVML_TEMPERATURE_GPU
+        )
+        s.sm_clock_mhz = opt("sm_clock", nvml.nvmlDeviceGetClockInfo, e, handle, nvml.NVML_CLOCK_SM)
+        s.memory_clock_mhz = opt(
+            "memory_clock", nvml.nvmlDeviceGetClockInfo, e, handle, nvml.NVML_CLOCK_MEM
+        )
+        s.clock_event_reasons = opt(
+            "clock_events", nvml.nvmlDeviceGetCurrentClocksEventReasons, e, handle
+        )
+        s.performance_state = opt("pstate", nvml.nvmlDeviceGetPerformanceState, e, handle)
+        s.pcie_generation = opt("pcie_gen", nvml.nvmlDeviceGetCurrPcieLinkGeneration, e, handle)
+        s.pcie_width = opt("pcie_width", nvml.nvmlDeviceGetCurrPcieLinkWidth, e, handle)
+        procs = opt("processes", nvml.nvmlDeviceGetComputeRunningProcesses, e, handle) or []
+        s.processes = [(p.pid, p.usedGpuMemory) for p in procs]
+        return s
+
+    def read_energy_mj(self, index: int) -> int | None:
+        nvml, handle = self._nvml, self._handles[index]
+        fields = self._optional(
+            "energy", nvml.nvmlDeviceGetFieldValues, {}, handle, [FI_TOTAL_ENERGY_CONSUMPTION]
+        )
+        value = field_value(fields[0]) if fields is not None else None
+        if value is None:
+            value = self._optional("energy", nvml.nvmlDeviceGetTotalEnergyConsumption, {}, handle)
+        return int(value) if value is not None else None
+
+    def read_pcie_bytes(self, index: int) -> tuple[int | None, int | None]:
+        nvml = self._nvml
+        fields = nvml.nvmlDeviceGetFieldValues(self._handles[index], list(PCIE_FIELDS))
+        tx, rx = (field_value(f) for f in fields)
+        return (int(tx) if tx is not None else None, int(rx) if rx is not None else None)
+
+
+def describe_init_error(nvml: Any, exc: Exception) -> str:
+    """A clear 'no NVIDIA driver' message for nvmlInit failures."""
+    if isinstance(exc, getattr(nvml, "NVMLError_LibraryNotFound", ())):
+        return "no NVIDIA driver: the NVML library (libnvidia-ml.so.1) was not found"
+    if isinstance(exc, getattr(nvml, "NVMLError_DriverNotLoaded", ())):
+        return "no NVIDIA driver: the NVIDIA kernel driver is not loaded"
+    if isinstance(exc, getattr(nvml, "NVMLError_NoPermission", ())):
+        return "NVML refused access (no permission on /dev/nvidia*)"
+    return f"NVML failed to initialise: {exc}"

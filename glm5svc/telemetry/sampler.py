@@ -1,0 +1,639 @@
+"""The process's GPU sampler: background NVML reads, a snapshot for scrapes, and windows.
+
+Two threads: the slow loop reads every GPU once per `period_s`; the fast loop reads only
+the 32-bit PCIe byte counters every `pcie_period_s`, often enough that none wraps unseen.
+Nothing that reads the snapshot (a metrics scrape, the terminal view) calls NVML.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+from glm5svc.telemetry.decoding import (
+    PcieCounter,
+    decode_clock_event_reasons,
+    is_power_limited,
+    is_thermally_limited,
+    pcie_max_counter_rate,
+)
+from glm5svc.telemetry.nvml import GpuIdentity, NvmlSource, NvmlUnavailable, RawSample
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PERIOD_S = 1.0
+DEFAULT_PCIE_PERIOD_S = 0.02
+DEFAULT_RETRY_S = 30.0
+
+
+@dataclass(frozen=True)
+class GpuSnapshot:
+    index: int
+    name: str
+    uuid: str
+    pci_bus_id: str
+    power_w: float | None = None
+    power_instant_w: float | None = None
+    power_limit_w: float | None = None
+    energy_joules_total: float | None = None
+    gpu_utilization_pct: float | None = None
+    memory_utilization_pct: float | None = None
+    memory_used_bytes: int | None = None
+    memory_total_bytes: int | None = None
+    temperature_c: float | None = None
+    sm_clock_mhz: float | None = None
+    memory_clock_mhz: float | None = None
+    clock_event_reasons_mask: int | None = None
+    clock_event_reasons: tuple[str, ...] = ()
+    performance_state: int | None = None
+    pcie_generation: int | None = None
+    pcie_width: int | None = None
+    pcie_tx_bytes_total: int | None = None
+    pcie_rx_bytes_total: int | None = None
+    pcie_tx_bytes_per_s: float | None = None
+    pcie_rx_bytes_per_s: float | None = None
+    pcie_gaps: int = 0
+    pcie_replay_count: int | None = None
+    processes: tuple[tuple[int, int | None], ...] = ()
+    errors: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["clock_event_reasons"] = list(self.clock_event_reasons)
+        data["processes"] = [{"pid": pid, "used_bytes": used} for pid, used in self.processes]
+        return data
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What the sampler last saw. `available` False means no NVML; `reason` says why."""
+
+    available: bool
+    reason: str | None = None
+    driver_version: str | None = None
+    started_at: float | None = None  # unix time the sampler opened NVML
+    taken_at: float | None = None  # unix time of the last slow sample
+    taken_monotonic: float | None = None
+    gpus: tuple[GpuSnapshot, ...] = ()
+
+    def age_s(self, now_monotonic: float | None = None) -> float | None:
+        if self.taken_monotonic is None:
+            return None
+        return (now_monotonic if now_monotonic is not None else time.monotonic()) - (
+            self.taken_monotonic
+        )
+
+    def to_dict(self) -> dict:
+        return {
+            "available": self.available,
+            "reason": self.reason,
+            "driver_version": self.driver_version,
+            "started_at": self.started_at,
+            "taken_at": self.taken_at,
+            "gpus": [gpu.to_dict() for gpu in self.gpus],
+        }
+
+
+@dataclass(frozen=True)
+class GpuWindowStats:
+    """One GPU over one window. Means come from the slow samples taken inside the window."""
+
+    gpu: int
+    uuid: str
+    name: str
+    duration_s: float
+    samples: int
+    energy_joules: float | None
+    average_power_w: float | None  # energy / duration where energy is known
+    mean_sampled_power_w: float | None
+    peak_power_w: float | None
+    power_limit_w: float | None
+    power_share_of_limit: float | None
+    peak_power_share_of_limit: float | None
+    mean_gpu_utilization: float | None  # ratio 0-1
+    mean_memory_utilization: float | None
+    max_temperature_c: float | None
+    min_sm_clock_mhz: float | None
+    max_sm_clock_mhz: float | None
+    pcie_tx_bytes: int | None
+    pcie_rx_bytes: int | None
+    pcie_gaps: int  # read intervals in which a counter wrap may have been missed
+    power_limited_s: float
+    thermal_limited_s: float
+    clock_event_reasons_seen: tuple[str, ...]
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["clock_event_reasons_seen"] = list(self.clock_event_reasons_seen)
+        return data
+
+
+@dataclass(frozen=True)
+class WindowStats:
+    label: str
+    available: bool
+    reason: str | None
+    started_at: float
+    duration_s: float
+    gpus: tuple[GpuWindowStats, ...]
+
+    @property
+    def energy_joules(self) -> float | None:
+        values = [g.energy_joules for g in self.gpus]
+        return sum(values) if values and None not in values else None
+
+    @property
+    def pcie_tx_bytes(self) -> int | None:
+        values = [g.pcie_tx_bytes for g in self.gpus]
+        return sum(values) if values and None not in values else None
+
+    @property
+    def pcie_rx_bytes(self) -> int | None:
+        values = [g.pcie_rx_bytes for g in self.gpus]
+        return sum(values) if values and None not in values else None
+
+    def to_dict(self) -> dict:
+        return {
+            "label": self.label,
+            "available": self.available,
+            "reason": self.reason,
+            "started_at": self.started_at,
+            "duration_s": self.duration_s,
+            "energy_joules": self.energy_joules,
+            "pcie_tx_bytes": self.pcie_tx_bytes,
+            "pcie_rx_bytes": self.pcie_rx_bytes,
+            "gpus": [gpu.to_dict() for gpu in self.gpus],
+        }
+
+
+@dataclass
+class _WindowGpu:
+    energy_j: float | None
+    tx: int | None
+    rx: int | None
+    gaps: int
+    samples: int = 0
+    power_sum: float = 0.0
+    power_n: int = 0
+    peak_power: float | None = None
+    limit: float | None = None
+    util_sum: float = 0.0
+    util_n: int = 0
+    mem_util_sum: float = 0.0
+    mem_util_n: int = 0
+    max_temp: float | None = None
+    min_sm: float | None = None
+    max_sm: float | None = None
+    power_limited_s: float = 0.0
+    thermal_limited_s: float = 0.0
+    reasons: set[str] = field(default_factory=set)
+
+
+@dataclass(eq=False)
+class Window:
+    """An interval being measured; get one from Sampler.open_window()."""
+
+    id: int
+    label: str
+    opened_monotonic: float
+    opened_at: float
+    gpus: list[_WindowGpu]
+    closed: bool = False
+
+
+@dataclass
+class _GpuState:
+    identity: GpuIdentity
+    tx: PcieCounter
+    rx: PcieCounter
+    energy_total_mj: int = 0
+    energy_last_mj: int | None = None
+    last_sample_t: float | None = None
+    rate_base: tuple[float, int, int] | None = None  # (t, tx total, rx total) at last sample
+    pcie_errors: int = 0
+
+    def update_energy(self, raw_mj: int | None) -> float | None:
+        """Accumulate the energy counter; a counter that goes back (driver reload) rebases."""
+        if raw_mj is None:
+            return self.energy_joules()
+        if self.energy_last_mj is not None and raw_mj >= self.energy_last_mj:
+            self.energy_total_mj += raw_mj - self.energy_last_mj
+        self.energy_last_mj = raw_mj
+        return self.energy_joules()
+
+    def energy_joules(self) -> float | None:
+        return self.energy_total_mj / 1000 if self.energy_last_mj is not None else None
+
+
+class Sampler:
+    """Reads NVML in the background; serves snapshots and measurement windows.
+
+    Create one per process (the service and the benchmark each own one); `start()` it, read
+    `snapshot()` as often as you like, and `stop()` it at exit.
+    """
+
+    def __init__(
+        self,
+        source: NvmlSource | None = None,
+        period_s: float = DEFAULT_PERIOD_S,
+        pcie_period_s: float = DEFAULT_PCIE_PERIOD_S,
+        retry_s: float = DEFAULT_RETRY_S,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+    ):
+        if source is None:
+            from glm5svc.telemetry.nvml import PynvmlSource
+
+            source = PynvmlSource()
+        self._source = source
+        self.period_s = period_s
+        self.pcie_period_s = pcie_period_s
+        self.retry_s = retry_s
+        self._clock = clock
+        self._wall = wall_clock
+        self._states: list[_GpuState] = []
+        self._windows: list[Window] = []
+        self._window_ids = itertools.count(1)
+        self._lock = threading.RLock()  # states, windows
+        self._pcie_lock = threading.Lock()  # one PCIe read-and-update at a time, in order
+        self._sample_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._sampled = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._fast_thread: threading.Thread | None = None
+        self._driver: str | None = None
+        self._started_at: float | None = None
+        self._snapshot = Snapshot(available=False, reason="the sampler has not started")
+
+    @classmethod
+    def from_config(cls, section, source: NvmlSource | None = None) -> Sampler:
+        """From the config's `telemetry` section (period_s, pcie_period_s)."""
+        return cls(source, period_s=section.period_s, pcie_period_s=section.pcie_period_s)
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def open(self) -> bool:
+        """Open NVML now (start() does this); False, with the snapshot saying why, if not."""
+        with self._lock:
+            if self._states:
+                return True
+            try:
+                gpus = self._source.open()
+            except NvmlUnavailable as exc:
+                self._snapshot = Snapshot(available=False, reason=str(exc))
+                return False
+            self._driver = self._source.driver_version()
+            self._started_at = self._wall()
+            self._states = [_new_state(gpu) for gpu in gpus]
+        self.poll_pcie_now()
+        return True
+
+    def start(self) -> Sampler:
+        """Open NVML and start the threads. Without NVML the snapshot says why; no crash."""
+        if self._threads:
+            return self
+        self._stop.clear()
+        opened = self.open()
+        slow = threading.Thread(target=self._slow_loop, name="glm5-telemetry", daemon=True)
+        self._threads = [slow]
+        slow.start()
+        if opened:
+            self._start_fast_loop()
+        return self
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout)
+        self._threads = []
+        self._fast_thread = None
+        with self._lock:
+            if self._states:
+                self._source.close()
+                self._states = []
+
+    def __enter__(self) -> Sampler:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    @property
+    def available(self) -> bool:
+        return bool(self._states)
+
+    @property
+    def gpus(self) -> list[GpuIdentity]:
+        return [state.identity for state in self._states]
+
+    def pcie_counter_stats(self) -> list[dict]:
+        """Per GPU: counter reads, longest interval between reads, wrap period, gaps."""
+        with self._pcie_lock:
+            return [
+                {
+                    "gpu": state.identity.index,
+                    "reads": state.tx.reads,
+                    "max_read_interval_s": max(state.tx.max_interval_s, state.rx.max_interval_s),
+                    "wrap_period_s": state.tx.wrap_period_s,
+                    "tx_gaps": state.tx.gaps,
+                    "rx_gaps": state.rx.gaps,
+                    "read_errors": state.pcie_errors,
+                }
+                for state in self._states
+            ]
+
+    def snapshot(self) -> Snapshot:
+        """The latest snapshot; never calls NVML."""
+        return self._snapshot
+
+    def wait_for_sample(self, timeout: float) -> bool:
+        """Wait until a slow sample completes after this call; False on timeout or no NVML."""
+        self._sampled.clear()
+        return self._sampled.wait(timeout) and self.available
+
+    def _start_fast_loop(self) -> None:
+        fast = threading.Thread(target=self._fast_loop, name="glm5-telemetry-pcie", daemon=True)
+        self._fast_thread = fast
+        self._threads.append(fast)
+        fast.start()
+
+    def _slow_loop(self) -> None:
+        next_at = self._clock()
+        while not self._stop.is_set():
+            if not self._states:
+                # No NVML: sleep, then try once more (the driver may load later); no spin.
+                if self._stop.wait(self.retry_s):
+                    return
+                if self.open() and self._fast_thread is None:
+                    self._start_fast_loop()
+                next_at = self._clock()
+                continue
+            try:
+                self.sample_now()
+            except Exception:  # keep sampling: one bad read must not end telemetry
+                log.exception("GPU telemetry sample failed")
+            next_at += self.period_s
+            now = self._clock()
+            if next_at < now:  # fell behind (suspend, slow read): don't burst to catch up
+                next_at = now + self.period_s
+            self._stop.wait(next_at - now)
+
+    def _fast_loop(self) -> None:
+        while not self._stop.is_set():
+            started = self._clock()
+            try:
+                self.poll_pcie_now()
+            except Exception:
+                log.exception("PCIe counter read failed")
+            self._stop.wait(max(0.0, self.pcie_period_s - (self._clock() - started)))
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def poll_pcie_now(self) -> None:
+        """Read every GPU's PCIe byte counters once and fold them into the totals."""
+        with self._pcie_lock:
+            for index, state in enumerate(self._states):
+                try:
+                    tx, rx = self._source.read_pcie_bytes(index)
+                except Exception as exc:  # noqa: BLE001 - a failing GPU must not stop the rest
+                    state.pcie_errors += 1
+                    if state.pcie_errors == 1:
+                        log.warning("GPU %d: PCIe counters unreadable: %s", index, exc)
+                    continue
+                t = self._clock()
+                if tx is not None:
+                    state.tx.update(tx, t)
+                if rx is not None:
+                    state.rx.update(rx, t)
+
+    def sample_now(self) -> Snapshot:
+        """Take one slow sample of every GPU, update open windows, publish the snapshot."""
+        with self._sample_lock:
+            raws = []
+            for index in range(len(self._states)):
+                try:
+                    raws.append(self._source.read_sample(index))
+                except Exception as exc:  # noqa: BLE001
+                    raws.append(RawSample(errors={"sample": str(exc)}))
+            t = self._clock()
+            with self._lock:
+                pairs = zip(self._states, raws, strict=False)
+                gpus = tuple(self._fold(state, raw, t) for state, raw in pairs)
+                snapshot = Snapshot(
+                    available=True,
+                    driver_version=self._driver,
+                    started_at=self._started_at,
+                    taken_at=self._wall(),
+                    taken_monotonic=t,
+                    gpus=gpus,
+                )
+                if self._states:
+                    self._snapshot = snapshot
+        self._sampled.set()
+        return snapshot
+
+    def _fold(self, state: _GpuState, raw: RawSample, t: float) -> GpuSnapshot:
+        energy_j = state.update_energy(raw.energy_mj)
+        with self._pcie_lock:
+            tx_total, rx_total = state.tx.total, state.rx.total
+            gaps = state.tx.gaps + state.rx.gaps
+            have_tx, have_rx = state.tx.reads > 0, state.rx.reads > 0
+        tx_rate = rx_rate = None
+        if state.rate_base is not None and t > state.rate_base[0]:
+            base_t, base_tx, base_rx = state.rate_base
+            tx_rate = (tx_total - base_tx) / (t - base_t)
+            rx_rate = (rx_total - base_rx) / (t - base_t)
+        state.rate_base = (t, tx_total, rx_total)
+        previous_t = state.last_sample_t
+        state.last_sample_t = t
+        for window in self._windows:
+            self._accumulate(window, state, raw, t, previous_t)
+        mask = raw.clock_event_reasons
+        identity = state.identity
+        return GpuSnapshot(
+            index=identity.index,
+            name=identity.name,
+            uuid=identity.uuid,
+            pci_bus_id=identity.pci_bus_id,
+            power_w=raw.power_w,
+            power_instant_w=raw.power_instant_w,
+            power_limit_w=raw.power_limit_w,
+            energy_joules_total=energy_j,
+            gpu_utilization_pct=raw.gpu_utilization_pct,
+            memory_utilization_pct=raw.memory_utilization_pct,
+            memory_used_bytes=raw.memory_used_bytes,
+            memory_total_bytes=raw.memory_total_bytes or identity.memory_total_bytes,
+            temperature_c=raw.temperature_c,
+            sm_clock_mhz=raw.sm_clock_mhz,
+            memory_clock_mhz=raw.memory_clock_mhz,
+            clock_event_reasons_mask=mask,
+            clock_event_reasons=tuple(decode_clock_event_reasons(mask)) if mask is not None else (),
+            performance_state=raw.performance_state,
+            pcie_generation=raw.pcie_generation,
+            pcie_width=raw.pcie_width,
+            pcie_tx_bytes_total=tx_total if have_tx else None,
+            pcie_rx_bytes_total=rx_total if have_rx else None,
+            pcie_tx_bytes_per_s=tx_rate if have_tx else None,
+            pcie_rx_bytes_per_s=rx_rate if have_rx else None,
+            pcie_gaps=gaps,
+            pcie_replay_count=raw.pcie_replay_count,
+            processes=tuple(raw.processes),
+            errors=dict(raw.errors),
+        )
+
+    def _accumulate(
+        self, window: Window, state: _GpuState, raw: RawSample, t: float, previous_t: float | None
+    ) -> None:
+        acc = window.gpus[state.identity.index]
+        acc.samples += 1
+        # The interval since the previous sample is credited to the state read now.
+        start = window.opened_monotonic if previous_t is None else previous_t
+        interval = max(0.0, t - max(start, window.opened_monotonic))
+        if raw.power_w is not None:
+            acc.power_sum += raw.power_w
+            acc.power_n += 1
+        peak = max((p for p in (raw.power_w, raw.power_instant_w) if p is not None), default=None)
+        if peak is not None:
+            acc.peak_power = peak if acc.peak_power is None else max(acc.peak_power, peak)
+        if raw.power_limit_w is not None:
+            acc.limit = raw.power_limit_w
+        if raw.gpu_utilization_pct is not None:
+            acc.util_sum += raw.gpu_utilization_pct
+            acc.util_n += 1
+        if raw.memory_utilization_pct is not None:
+            acc.mem_util_sum += raw.memory_utilization_pct
+            acc.mem_util_n += 1
+        acc.max_temp = _max(acc.max_temp, raw.temperature_c)
+        acc.min_sm = _min(acc.min_sm, raw.sm_clock_mhz)
+        acc.max_sm = _max(acc.max_sm, raw.sm_clock_mhz)
+        mask = raw.clock_event_reasons
+        if mask is not None:
+            acc.reasons.update(decode_clock_event_reasons(mask))
+            if is_power_limited(mask):
+                acc.power_limited_s += interval
+            if is_thermally_limited(mask):
+                acc.thermal_limited_s += interval
+
+    # -- windows ---------------------------------------------------------------------------
+
+    def open_window(self, label: str = "") -> Window:
+        """Start measuring: reads energy and PCIe counters now, so the edges are exact."""
+        marks = self._read_marks()
+        with self._lock:
+            window = Window(
+                id=next(self._window_ids),
+                label=label,
+                opened_monotonic=self._clock(),
+                opened_at=self._wall(),
+                gpus=[_WindowGpu(energy_j=e, tx=tx, rx=rx, gaps=g) for e, tx, rx, g in marks],
+            )
+            self._windows.append(window)
+        return window
+
+    def close_window(self, window: Window) -> WindowStats:
+        """Stop measuring; per-GPU energy, PCIe bytes, power and limit figures for the window."""
+        marks = self._read_marks()
+        with self._lock:
+            if window.closed:
+                raise ValueError(f"window {window.id} ({window.label!r}) is already closed")
+            window.closed = True
+            self._windows = [w for w in self._windows if w is not window]
+            duration = max(0.0, self._clock() - window.opened_monotonic)
+            states = list(self._states)
+        if not states or len(marks) != len(window.gpus):
+            return WindowStats(
+                label=window.label,
+                available=False,
+                reason=self._snapshot.reason or "NVML was not available for the whole window",
+                started_at=window.opened_at,
+                duration_s=duration,
+                gpus=(),
+            )
+        gpus = tuple(
+            _window_gpu_stats(state.identity, acc, mark, duration)
+            for state, acc, mark in zip(states, window.gpus, marks, strict=True)
+        )
+        return WindowStats(window.label, True, None, window.opened_at, duration, gpus)
+
+    def _read_marks(self) -> list[tuple[float | None, int | None, int | None, int]]:
+        """(energy J, tx total, rx total, gaps) per GPU, read now."""
+        self.poll_pcie_now()
+        marks = []
+        with self._lock:
+            for index, state in enumerate(self._states):
+                try:
+                    energy = state.update_energy(self._source.read_energy_mj(index))
+                except Exception:  # noqa: BLE001
+                    energy = None
+                with self._pcie_lock:
+                    marks.append(
+                        (
+                            energy,
+                            state.tx.total if state.tx.reads else None,
+                            state.rx.total if state.rx.reads else None,
+                            state.tx.gaps + state.rx.gaps,
+                        )
+                    )
+        return marks
+
+
+def _new_state(gpu: GpuIdentity) -> _GpuState:
+    rate = pcie_max_counter_rate(gpu.max_pcie_generation, gpu.max_pcie_width)
+    return _GpuState(identity=gpu, tx=PcieCounter(rate), rx=PcieCounter(rate))
+
+
+def _window_gpu_stats(identity: GpuIdentity, acc: _WindowGpu, end, duration: float):
+    end_energy, end_tx, end_rx, end_gaps = end
+    energy = _diff(end_energy, acc.energy_j)
+    average = energy / duration if energy is not None and duration > 0 else None
+    mean_sampled = acc.power_sum / acc.power_n if acc.power_n else None
+    shown_average = average if average is not None else mean_sampled
+    return GpuWindowStats(
+        gpu=identity.index,
+        uuid=identity.uuid,
+        name=identity.name,
+        duration_s=duration,
+        samples=acc.samples,
+        energy_joules=energy,
+        average_power_w=shown_average,
+        mean_sampled_power_w=mean_sampled,
+        peak_power_w=acc.peak_power,
+        power_limit_w=acc.limit,
+        power_share_of_limit=_ratio(shown_average, acc.limit),
+        peak_power_share_of_limit=_ratio(acc.peak_power, acc.limit),
+        mean_gpu_utilization=acc.util_sum / acc.util_n / 100 if acc.util_n else None,
+        mean_memory_utilization=acc.mem_util_sum / acc.mem_util_n / 100 if acc.mem_util_n else None,
+        max_temperature_c=acc.max_temp,
+        min_sm_clock_mhz=acc.min_sm,
+        max_sm_clock_mhz=acc.max_sm,
+        pcie_tx_bytes=_diff(end_tx, acc.tx),
+        pcie_rx_bytes=_diff(end_rx, acc.rx),
+        pcie_gaps=end_gaps - acc.gaps,
+        power_limited_s=acc.power_limited_s,
+        thermal_limited_s=acc.thermal_limited_s,
+        clock_event_reasons_seen=tuple(sorted(acc.reasons)),
+    )
+
+
+def _diff(end, start):
+    return end - start if end is not None and start is not None else None
+
+
+def _ratio(value, limit):
+    return value / limit if value is not None and limit else None
+
+
+def _max(current, value):
+    if value is None:
+        return current
+    return value if current is None else max(current, value)
+
+
+def _min(current, value):
+    if value is None:
+        return current
+    return value if current is None else min(current, value)
