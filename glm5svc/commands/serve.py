@@ -1,0 +1,147 @@
+"""`glm5svc serve`: run and supervise the SGLang server (what `systemctl start glm5` runs)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from glm5svc.config import load_config
+from glm5svc.errors import ConfigError, Glm5Error
+from glm5svc.serve.listener import HealthListener
+from glm5svc.serve.metrics import build_registry
+from glm5svc.serve.notify import Notifier
+from glm5svc.serve.phases import PRIORITY_ERR, PRIORITY_WARNING
+from glm5svc.serve.relay import choose_sink
+from glm5svc.serve.supervisor import Supervisor
+
+
+def register(subparsers):
+    parser = subparsers.add_parser(
+        "serve",
+        help="run the SGLang server under supervision (systemd Type=notify service)",
+    )
+    parser.set_defaults(func=run)
+    return parser
+
+
+def run(args) -> int:
+    config = load_config(args.config)
+    notifier = Notifier()
+    holder: dict = {}
+    sink = choose_sink(lambda: holder["supervisor"].engine.pid if "supervisor" in holder else None)
+    if config.service.run_preflight:
+        _preflight(config, sink, notifier)
+    plan = _launch_plan(config)
+    for warning in plan.warnings:
+        sink.message(f"launch plan: {warning}", PRIORITY_WARNING)
+    _write_secret_files(getattr(plan, "secret_files", {}) or {})
+    supervisor = Supervisor(
+        config,
+        argv=list(plan.argv),
+        plan_env=dict(plan.env),
+        sink=sink,
+        notifier=notifier,
+        plan_summary=plan.summary(),
+        plan_warnings=list(plan.warnings),
+        post_ready_hook=_post_start_hook(config, sink),
+        api_key=_api_key(config),
+    )
+    holder["supervisor"] = supervisor
+    listener = _start_listener(config, supervisor, sink)
+    supervisor.listener = listener
+    try:
+        return supervisor.run()
+    finally:
+        listener.stop()
+
+
+def _preflight(config, sink, notifier) -> None:
+    from glm5svc.preflight import run_preflight
+
+    notifier.status("preflight checks")
+    report = run_preflight(config)
+    text = report.render()
+    for line in text.splitlines():
+        sink.message(line, PRIORITY_ERR if report.has_failures else 6)
+    if report.has_failures:
+        notifier.status("preflight failed: configuration or host must be fixed")
+        raise ConfigError("preflight found fatal problems (listed above); fix them and restart")
+
+
+def _launch_plan(config):
+    from glm5svc import launch_plan
+
+    builder = getattr(launch_plan, "plan_for_service", None) or launch_plan.build_launch_plan
+    return builder(config)
+
+
+def _write_secret_files(files: dict) -> None:
+    """Files the plan needs at launch (sglang's --config with the API key): 0600, atomic."""
+    for path, content in files.items():
+        path = Path(path)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                handle.write(content)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, path)
+        except OSError as exc:
+            raise ConfigError(f"cannot write {path} for the server: {exc.strerror}") from None
+
+
+def _api_key(config) -> str | None:
+    key_file = config.server.api_key_file
+    if key_file is None:
+        return None
+    try:
+        return Path(key_file).read_text(encoding="utf-8").strip() or None
+    except OSError:
+        return None
+
+
+def _post_start_hook(config, sink):
+    """The post-start benchmark (glm5svc.bench.post_start.run_post_start_benchmark), if present."""
+    if not config.benchmark.post_start.enabled:
+        return None
+    try:
+        from glm5svc.bench.post_start import run_post_start_benchmark
+    except ImportError:
+        return None
+    return run_post_start_benchmark
+
+
+def _start_listener(config, supervisor, sink) -> HealthListener:
+    service = config.service
+    sampler = _telemetry_sampler(config, sink)
+    registry = build_registry(supervisor.state, sampler)
+    try:
+        listener = HealthListener(supervisor.state, registry, service.listen_host,
+                                  service.listen_port)
+    except OSError as exc:
+        raise Glm5Error(
+            f"cannot listen on {service.listen_host}:{service.listen_port} for /livez /readyz "
+            f"/status /metrics: {exc.strerror}; is another glm5svc serve running? "
+            "(service.listen_port)"
+        ) from None
+    listener.start()
+    host, port = listener.address
+    sink.message(f"health listener on http://{host}:{port} (/livez /readyz /status /metrics)")
+    return listener
+
+
+def _telemetry_sampler(config, sink):
+    """GPU telemetry sampler from the telemetry module, when present and enabled."""
+    if not config.telemetry.enabled:
+        return None
+    try:
+        from glm5svc.telemetry.service import start_sampler
+    except ImportError:
+        return None
+    try:
+        return start_sampler(config)
+    except Exception as exc:  # telemetry is optional; the service runs without it
+        sink.message(f"GPU telemetry unavailable: {exc}", PRIORITY_WARNING)
+        return None

@@ -1,0 +1,1 @@
+"""`glm5svc serve`: supervise the SGLang server for systemd, with honest health."""

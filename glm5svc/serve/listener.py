@@ -1,0 +1,83 @@
+"""The wrapper's own HTTP listener: /livez, /readyz, /status, /metrics (stdlib, one thread)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from glm5svc.serve.state import SupervisorState
+
+
+class HealthListener:
+    def __init__(self, state: SupervisorState, registry, host: str, port: int,
+                 loop_stale_after_s: float = 30.0):
+        self.state = state
+        self.registry = registry
+        self.loop_heartbeat = time.monotonic()
+        self.loop_stale_after_s = loop_stale_after_s
+        handler = _make_handler(self)
+        self.server = ThreadingHTTPServer((host, port), handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, name="health-listener",
+                                       daemon=True)
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return self.server.server_address[:2]
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def beat(self) -> None:
+        """Called by the supervision loop each turn: /livez reports the loop, not this thread."""
+        self.loop_heartbeat = time.monotonic()
+
+    def liveness(self) -> tuple[bool, str]:
+        age = time.monotonic() - self.loop_heartbeat
+        if age > self.loop_stale_after_s:
+            return False, f"supervision loop stalled for {age:.1f} s"
+        return True, "supervision loop alive"
+
+
+def _make_handler(listener: HealthListener):
+    class Handler(BaseHTTPRequestHandler):
+        server_version = "glm5svc"
+
+        def log_message(self, format, *args):  # noqa: A002 - stdlib signature
+            pass
+
+        def do_GET(self):  # noqa: N802 - stdlib name
+            path = self.path.split("?", 1)[0]
+            if path == "/livez":
+                ok, reason = listener.liveness()
+                self._text(200 if ok else 503, reason + "\n")
+            elif path == "/readyz":
+                ok, reason = listener.state.readiness()
+                self._text(200 if ok else 503, reason + "\n")
+            elif path == "/status":
+                body = json.dumps(listener.state.snapshot(), indent=2, default=str) + "\n"
+                self._send(200, body.encode(), "application/json")
+            elif path == "/metrics":
+                self._send(200, generate_latest(listener.registry), CONTENT_TYPE_LATEST)
+            else:
+                self._text(404, "not found: try /livez /readyz /status /metrics\n")
+
+        def _text(self, code: int, text: str):
+            self._send(code, text.encode(), "text/plain; charset=utf-8")
+
+        def _send(self, code: int, body: bytes, content_type: str):
+            self.send_response(code)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    return Handler

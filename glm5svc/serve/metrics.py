@@ -1,0 +1,87 @@
+"""The service's own Prometheus metrics, computed from the supervisor state at scrape time."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from glm5svc.serve.phases import Phase
+from glm5svc.serve.state import SupervisorState
+
+# Numeric benchmark summary keys exported as glm5svc_benchmark_<key>.
+BENCHMARK_KEYS = (
+    "total_throughput",
+    "output_throughput",
+    "request_throughput",
+    "mean_ttft_ms",
+    "mean_tpot_ms",
+    "concurrency",
+)
+
+
+class ServiceCollector(Collector):
+    def __init__(self, state: SupervisorState):
+        self.state = state
+
+    def collect(self):
+        snap = self.state.snapshot()
+        yield _gauge("glm5svc_ready", "1 when the engine serves and passes its checks", snap["ready"])
+        yield _gauge("glm5svc_draining", "1 while stopping", snap["draining"])
+        yield _gauge("glm5svc_wedged", "1 when probes fail with no engine progress", snap["wedged"])
+        phase = GaugeMetricFamily("glm5svc_phase", "current phase (1 for the current one)",
+                                  labels=["phase"])
+        for value in Phase:
+            phase.add_metric([value.value], 1.0 if value.value == snap["phase"] else 0.0)
+        yield phase
+        if snap["startup_seconds"] is not None:
+            yield _gauge("glm5svc_startup_seconds", "engine start to READY", snap["startup_seconds"])
+        if snap["load_percent"] is not None:
+            yield _gauge("glm5svc_load_progress_ratio", "weight loading progress (0-1)",
+                         snap["load_percent"] / 100.0)
+        yield _gauge("glm5svc_uptime_seconds", "time since glm5svc serve started", snap["uptime_s"])
+        probes = snap["probes"]
+        yield _counter("glm5svc_probes", "health probes sent to the engine", probes["total"])
+        yield _counter("glm5svc_probe_failures", "failed health probes", probes["failures_total"])
+        yield _gauge("glm5svc_probe_consecutive_failures", "failed probes in a row",
+                     probes["consecutive_failures"])
+        yield _gauge("glm5svc_engine_progress_age_seconds",
+                     "time since the engine last showed progress", probes["last_progress_age_s"])
+        yield _counter("glm5svc_engine_restarts", "engine restarts seen by this process",
+                       snap["restarts_seen"])
+        bench = snap["benchmark"] or {}
+        summary = bench.get("summary", bench) if isinstance(bench, dict) else {}
+        for key in BENCHMARK_KEYS:
+            value = summary.get(key) if isinstance(summary, dict) else None
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                yield _gauge(f"glm5svc_benchmark_{key}", f"last post-start benchmark: {key}", value)
+
+
+def _gauge(name: str, doc: str, value) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, value=float(value))
+
+
+def _counter(name: str, doc: str, value) -> CounterMetricFamily:
+    return CounterMetricFamily(name, doc, value=float(value))
+
+
+def build_registry(state: SupervisorState, telemetry_sampler=None) -> CollectorRegistry:
+    registry = CollectorRegistry()
+    registry.register(ServiceCollector(state))
+    register_gpu_telemetry(registry, telemetry_sampler)
+    return registry
+
+
+def register_gpu_telemetry(registry: CollectorRegistry, sampler) -> bool:
+    """Add the telemetry issue's GPU families when that module is present (optional)."""
+    if sampler is None:
+        return False
+    try:
+        from glm5svc.telemetry import prometheus as telemetry_prometheus
+    except ImportError:
+        return False
+    register = getattr(telemetry_prometheus, "register_gpu_collector", None)
+    if register is None:
+        return False
+    register(registry, sampler)
+    return True

@@ -1,0 +1,129 @@
+"""What the SGLang server's log reveals: the start-up phase, loading progress, rank, level.
+
+Line shapes come from SGLang 0.5.x: `[2026-01-01 12:00:00 TP3] Load weight begin. ...`
+(also `DP0 TP3 EP0`), tqdm bars such as
+`Loading safetensors checkpoint shards:  45% Completed | 36/80 [01:02<01:16, ...]`
+(written with carriage returns), uvicorn's `INFO:     ...`, torch's `[rank3]:[E1129 ...]`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import Enum
+
+
+class Phase(str, Enum):
+    STARTING = "starting"
+    LOADING = "loading weights"
+    AUTOTUNE = "autotune"
+    WARMUP = "warm-up"
+    CHECKING = "checking generation"
+    SERVING = "serving"
+    BENCHMARKING = "benchmarking"
+    DRAINING = "draining"
+    STOPPED = "stopped"
+    FAILED = "failed"
+
+
+# Start-up phases in order; the log never moves a phase backwards.
+STARTUP_ORDER = [Phase.STARTING, Phase.LOADING, Phase.AUTOTUNE, Phase.WARMUP, Phase.CHECKING]
+
+# syslog priorities for journald's PRIORITY field.
+PRIORITY_ERR, PRIORITY_WARNING, PRIORITY_INFO, PRIORITY_DEBUG = 3, 4, 6, 7
+
+_PHASE_MARKERS: list[tuple[re.Pattern[str], Phase]] = [
+    (re.compile(r"Load weight begin|Loading safetensors checkpoint shards|loading shards"), Phase.LOADING),
+    (re.compile(r"FlashInfer autotune|[Aa]utotun(e|ing)"), Phase.AUTOTUNE),
+    (
+        re.compile(
+            r"Capture cuda graph|Capturing batches|Uvicorn running on|Application startup complete"
+            r"|Start of (pd disaggregation )?warmup|warm[- ]?up"
+        ),
+        Phase.WARMUP,
+    ),
+]
+FIRED_UP = re.compile(r"The server is fired up and ready to roll")
+
+# A step that shows start-up is moving even when the phase does not change.
+_STARTUP_STEPS = re.compile(
+    r"Init torch distributed|Load weight (begin|end)|KV Cache is allocated|Memory pool end"
+    r"|Capture cuda graph (begin|end)|FlashInfer autotune|max_total_num_tokens="
+    r"|Application startup complete|Uvicorn running on|Prefill batch|Decode batch"
+)
+_PERCENT = re.compile(r"^\s*(?P<label>[^:\r\n]{3,80}):\s*(?P<pct>\d{1,3})%")
+_LOAD_LABEL = re.compile(r"checkpoint shards|loading shards|weights", re.IGNORECASE)
+_RANK = re.compile(r"^\[[^\]]*?\b(?:TP|rank)(\d+)\b[^\]]*\]|^\[rank(\d+)\]")
+
+_ERROR = re.compile(
+    r"Traceback \(most recent call last\)|^\s*\w*(Error|Exception)\b|\bERROR\b|^\[rank\d+\]:\[E"
+    r"|^E\d{4} |Scheduler hit an exception|Received sigquit|\bFATAL\b|CRITICAL"
+)
+_WARNING = re.compile(r"\bWARNING\b|\bWarning\b|^\[rank\d+\]:\[W|^W\d{4} ")
+_DEBUG = re.compile(r"\bDEBUG\b")
+
+
+@dataclass(frozen=True)
+class LineInfo:
+    text: str
+    rank: int | None
+    priority: int
+    phase: Phase | None  # the phase this line opens, if any
+    load_percent: int | None  # loading progress bar value
+    progress_label: str | None  # any other progress bar (cuda graph capture, autotune)
+    progress_percent: int | None
+    startup_step: bool
+    fired_up: bool
+
+
+# The argument dump names flags such as skip_server_warmup: it opens no phase.
+_ARGS_DUMP = re.compile(r"server_args=|ServerArgs\(")
+
+
+def parse_line(text: str) -> LineInfo:
+    phase = None
+    if not _ARGS_DUMP.search(text):
+        phase = next((p for pattern, p in _PHASE_MARKERS if pattern.search(text)), None)
+    load_percent = progress_label = progress_percent = None
+    bar = _PERCENT.match(text)
+    if bar:
+        label, pct = bar.group("label").strip(), min(int(bar.group("pct")), 100)
+        if _LOAD_LABEL.search(label):
+            load_percent, phase = pct, Phase.LOADING
+        else:
+            progress_label, progress_percent = label, pct
+    return LineInfo(
+        text=text,
+        rank=_rank(text),
+        priority=_priority(text),
+        phase=phase,
+        load_percent=load_percent,
+        progress_label=progress_label,
+        progress_percent=progress_percent,
+        startup_step=bool(_STARTUP_STEPS.search(text)),
+        fired_up=bool(FIRED_UP.search(text)),
+    )
+
+
+def _rank(text: str) -> int | None:
+    match = _RANK.match(text)
+    if not match:
+        return None
+    return int(match.group(1) or match.group(2))
+
+
+def _priority(text: str) -> int:
+    if _ERROR.search(text):
+        return PRIORITY_ERR
+    if _WARNING.search(text):
+        return PRIORITY_WARNING
+    if _DEBUG.search(text):
+        return PRIORITY_DEBUG
+    return PRIORITY_INFO
+
+
+def later_startup_phase(current: Phase, candidate: Phase) -> bool:
+    """True when `candidate` moves start-up forward from `current`."""
+    if current not in STARTUP_ORDER or candidate not in STARTUP_ORDER:
+        return False
+    return STARTUP_ORDER.index(candidate) > STARTUP_ORDER.index(current)

@@ -1,0 +1,148 @@
+"""The supervisor's shared state: written by the supervision loop, read by /status and /metrics."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from glm5svc import __version__
+from glm5svc.serve.phases import Phase
+
+
+@dataclass
+class EngineHealth:
+    """Probes and progress counters together: a slow probe alone never means unhealthy.
+
+    The engine counts as wedged only when probes fail *and* its counters show no
+    progress (no new prompt or generated tokens) for the whole wedge window.
+    """
+
+    wedge_window_s: float
+    last_progress_at: float = field(default_factory=time.monotonic)
+    last_probe_ok_at: float | None = None
+    last_probe_error: str | None = None
+    consecutive_failures: int = 0
+    probe_failures_total: int = 0
+    probes_total: int = 0
+    counters: dict[str, float] = field(default_factory=dict)
+
+    def record_probe(self, ok: bool, detail: str, now: float) -> None:
+        self.probes_total += 1
+        if ok:
+            self.last_probe_ok_at = now
+            self.last_progress_at = now
+            self.consecutive_failures = 0
+            self.last_probe_error = None
+        else:
+            self.consecutive_failures += 1
+            self.probe_failures_total += 1
+            self.last_probe_error = detail
+
+    def record_counters(self, counters: dict[str, float] | None, now: float) -> None:
+        if not counters:
+            return
+        for name in ("sglang:generation_tokens_total", "sglang:prompt_tokens_total"):
+            if name in counters and counters[name] > self.counters.get(name, -1.0):
+                if name in self.counters:  # the first reading is a baseline, not progress
+                    self.last_progress_at = now
+        self.counters = dict(counters)
+
+    def wedged(self, now: float) -> bool:
+        return self.consecutive_failures > 0 and now - self.last_progress_at > self.wedge_window_s
+
+
+class SupervisorState:
+    def __init__(self, wedge_window_s: float):
+        self.lock = threading.RLock()
+        self.started_at = time.time()
+        self.started_mono = time.monotonic()
+        self.phase = Phase.STARTING
+        self.status_text = "starting"
+        self.engine_pid: int | None = None
+        self.engine_started_mono: float | None = None
+        self.engine_exit_status: int | None = None
+        self.load_percent: int | None = None
+        self.startup_seconds: float | None = None
+        self.ready = False
+        self.draining = False
+        self.health = EngineHealth(wedge_window_s)
+        self.wedged = False
+        self.diagnosis: list[dict] = []
+        self.previous_run: dict | None = None
+        self.engine_starts = 0
+        self.launch_plan: dict | None = None
+        self.plan_warnings: list[str] = []
+        self.benchmark: dict | None = None
+        self.benchmark_running = False
+        self.last_error: str | None = None
+
+    def set_phase(self, phase: Phase, text: str | None = None) -> None:
+        with self.lock:
+            self.phase = phase
+            self.status_text = text or phase.value
+
+    def readiness(self) -> tuple[bool, str]:
+        """(ready, reason) for /readyz: engine ready, not draining, not wedged."""
+        with self.lock:
+            if self.draining:
+                return False, "draining: the service is stopping"
+            if self.engine_pid is None or self.engine_exit_status is not None:
+                return False, f"engine not running ({self.status_text})"
+            if self.wedged:
+                return False, (
+                    "engine wedged: no progress and failing probes for "
+                    f"{self.health.wedge_window_s:g} s ({self.health.last_probe_error})"
+                )
+            if not self.ready:
+                return False, f"not ready yet: {self.status_text}"
+            return True, f"ready: {self.status_text}"
+
+    def snapshot(self) -> dict[str, Any]:
+        """The /status document."""
+        now = time.monotonic()
+        with self.lock:
+            ready, reason = self.readiness()
+            health = self.health
+            return {
+                "service": "glm5svc",
+                "version": __version__,
+                "phase": self.phase.value,
+                "status": self.status_text,
+                "ready": ready,
+                "ready_reason": reason,
+                "draining": self.draining,
+                "wedged": self.wedged,
+                "pid": os.getpid(),
+                "engine_pid": self.engine_pid,
+                "engine_exit_status": self.engine_exit_status,
+                "started_at": self.started_at,
+                "uptime_s": round(now - self.started_mono, 3),
+                "engine_uptime_s": (
+                    round(now - self.engine_started_mono, 3) if self.engine_started_mono else None
+                ),
+                "startup_seconds": self.startup_seconds,
+                "load_percent": self.load_percent,
+                "engine_starts": self.engine_starts,
+                "restarts_seen": max(self.engine_starts - 1, 0),
+                "previous_run": self.previous_run,
+                "probes": {
+                    "total": health.probes_total,
+                    "failures_total": health.probe_failures_total,
+                    "consecutive_failures": health.consecutive_failures,
+                    "last_ok_age_s": (
+                        round(now - health.last_probe_ok_at, 3) if health.last_probe_ok_at else None
+                    ),
+                    "last_error": health.last_probe_error,
+                    "last_progress_age_s": round(now - health.last_progress_at, 3),
+                    "engine_counters": dict(health.counters),
+                },
+                "diagnosis": list(self.diagnosis),
+                "last_error": self.last_error,
+                "launch_plan": self.launch_plan,
+                "plan_warnings": list(self.plan_warnings),
+                "benchmark": self.benchmark,
+                "benchmark_running": self.benchmark_running,
+            }

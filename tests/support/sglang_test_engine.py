@@ -1,0 +1,513 @@
+"""A stand-in for `python -m sglang.launch_server`, for tests only (never installed as the engine).
+
+Speaks the part of SGLang's HTTP surface that glm5svc and `sglang.bench_serving
+--backend sglang` use: /health, /health_generate, /generate (streaming
+`data: {...}\\n\\n` chunks with cumulative text and meta_info, then `data: [DONE]`),
+/get_server_info, /get_model_info, /v1/models, /metrics (sglang: counters), /flush_cache.
+Accepts launch_server-style arguments (--host, --port, --model-path, ...; the rest is
+ignored) and prints SGLang-like log lines for each start-up phase.
+
+Behaviour is chosen with --test-mode or $TEST_ENGINE_MODE: comma-separated items,
+`key=value` or `key:value`:
+  load=SECONDS          weight loading time (progress bar in 10 steps; default 0.5)
+  stall-at=PERCENT      stop loading at this percentage and print nothing more
+  crash=SIGNATURE       crash with a known failure (see CRASHES) at its real phase
+  hang                  once serving, answer nothing and make no progress
+  wedge-after=SECONDS   like hang, starting that long after serving began
+  ignore-sigterm        the engine and its rank process ignore SIGTERM
+  ranks=N               rank log prefixes TP0..TP(N-1) (default 2)
+Throughput model (a real engine's knee): each decode step takes
+  step_base_ms + step_per_req_ms * running requests, and gives every running request
+one token; at most --max-running-requests run, the rest queue. Prefill adds
+prefill_us_per_token * new input tokens to the step. Flags: --step-base-ms (8),
+--step-per-req-ms (0.25), --prefill-us-per-token (2), --stream-interval (1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+from aiohttp import web
+
+MODEL_CLASS = "GlmMoeDsaForCausalLM"
+WORDS = ("Paris", " is", " the", " capital", " of", " France", ".", " It", " has", " a")
+
+# Crash signatures: phase where they strike, and the log excerpt (as real servers print it).
+CRASHES = {
+    "cuda-init": (
+        "start",
+        [
+            "Traceback (most recent call last):",
+            '  File "/opt/glm5/venv/lib/python3.11/site-packages/torch/cuda/__init__.py", '
+            "line 372, in _lazy_init",
+            "    torch._C._cuda_init()",
+            "RuntimeError: CUDA driver initialization failed, you might not have a CUDA gpu.",
+            "[kernel] nvidia-uvm: uvm_pmm_gpu.c:3176 devmem_alloc_pagemap[pid:92821] "
+            "request_free_mem_region() err -34",
+        ],
+    ),
+    "nvml-mismatch": (
+        "start",
+        [
+            "Traceback (most recent call last):",
+            "pynvml.NVMLError_LibRmVersionMismatch: RM has detected an NVML/RM version mismatch.",
+            "RuntimeError: Failed to initialize NVML: Driver/library version mismatch",
+        ],
+    ),
+    "shared-experts": (
+        "load",
+        [
+            "Traceback (most recent call last):",
+            '  File "/opt/glm5/venv/lib/python3.11/site-packages/sglang/srt/models/'
+            'deepseek_v2.py", line 3110, in load_weights',
+            "    weight_loader(param, loaded_weight, shard_id)",
+            "RuntimeError: The size of tensor a (3072) must match the size of tensor b (6144) "
+            "at non-singleton dimension 1",
+        ],
+    ),
+    "oom": (
+        "kv",
+        [
+            "Traceback (most recent call last):",
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 3 has "
+            "a total capacity of 94.97 GiB of which 1.12 GiB is free. Including non-PyTorch "
+            "memory, this process has 93.84 GiB memory in use.",
+        ],
+    ),
+    "allreduce-fusion": (
+        "graph",
+        [
+            "Traceback (most recent call last):",
+            '  File "/opt/glm5/venv/lib/python3.11/site-packages/sglang/srt/model_executor/'
+            'cuda_graph_runner.py", line 402, in __init__',
+            "Exception: Capture cuda graph failed: No supported CUDA architectures found for "
+            "major versions [9, 10].",
+        ],
+    ),
+    "nccl-timeout": (
+        "graph",
+        [
+            "[rank3]:[E1129 21:40:02.123456 ProcessGroupNCCL.cpp:632] [Rank 3] Watchdog caught "
+            "collective operation timeout: WorkNCCL(SeqNum=412, OpType=ALLREDUCE, NumelIn=7168, "
+            "NumelOut=7168, Timeout(ms)=600000) ran for 600046 milliseconds before timing out.",
+        ],
+    ),
+    "nccl-error": (
+        "graph",
+        [
+            "Traceback (most recent call last):",
+            "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/"
+            "NCCLUtils.hpp:317, unhandled cuda error (run with NCCL_DEBUG=INFO for details), "
+            "NCCL version 2.27.3",
+            "ncclUnhandledCudaError: Call to CUDA function failed.",
+        ],
+    ),
+    "prefill-metadata": (
+        "generate",
+        [
+            "Traceback (most recent call last):",
+            '  File "/opt/glm5/venv/lib/python3.11/site-packages/sglang/srt/models/'
+            'deepseek_common/attention_forward_methods/forward_mha.py", line 214, in '
+            "forward_normal_one_shot_prepare",
+            "    kv_indices = backend.forward_metadata.page_table_1_flattened",
+            "AttributeError: 'PrefillMetadata' object has no attribute 'page_table_1_flattened'",
+        ],
+    ),
+    "nan": (
+        "generate",
+        [
+            "Detected errors during sampling! NaN in the logits.",
+            "Traceback (most recent call last):",
+            "ValueError: Detected errors during sampling! NaN in the logits.",
+        ],
+    ),
+}
+
+
+def parse_mode(text: str) -> dict[str, str]:
+    mode = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        sep = "=" if "=" in item else ":" if ":" in item else None
+        key, value = item.split(sep, 1) if sep else (item, "1")
+        mode[key.strip()] = value.strip()
+    return mode
+
+
+def parse_args(argv: list[str]):
+    parser = argparse.ArgumentParser(allow_abbrev=False)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=30000)
+    parser.add_argument("--model-path", default="/models/test-model")
+    parser.add_argument("--served-model-name", default=None)
+    parser.add_argument("--tp-size", type=int, default=None)
+    parser.add_argument("--max-running-requests", type=int, default=1024)
+    parser.add_argument("--test-mode", default=os.environ.get("TEST_ENGINE_MODE", ""))
+    parser.add_argument("--step-base-ms", type=float, default=8.0)
+    parser.add_argument("--step-per-req-ms", type=float, default=0.25)
+    parser.add_argument("--prefill-us-per-token", type=float, default=2.0)
+    parser.add_argument("--stream-interval", type=int, default=1)
+    parser.add_argument("--context-length", type=int, default=202752)
+    args, unknown = parser.parse_known_args(argv)
+    args.unknown = unknown
+    args.mode = parse_mode(args.test_mode)
+    return args
+
+
+class Log:
+    def __init__(self, ranks: int):
+        self.ranks = ranks
+
+    def stamp(self, rank: int | None = None) -> str:
+        now = time.strftime("%Y-%m-%d %H:%M:%S")
+        return f"[{now} TP{rank}]" if rank is not None else f"[{now}]"
+
+    def line(self, text: str, rank: int | None = None) -> None:
+        sys.stdout.write(f"{self.stamp(rank)} {text}\n")
+        sys.stdout.flush()
+
+    def all_ranks(self, text: str) -> None:
+        for rank in range(self.ranks):
+            self.line(text, rank)
+
+    def raw(self, text: str, end: str = "\n") -> None:
+        sys.stdout.write(text + end)
+        sys.stdout.flush()
+
+
+class Request:
+    __slots__ = ("rid", "prompt_tokens", "max_new", "generated", "queue", "started", "prefilled")
+
+    def __init__(self, prompt_tokens: int, max_new: int):
+        self.rid = uuid.uuid4().hex
+        self.prompt_tokens = prompt_tokens
+        self.max_new = max(1, max_new)
+        self.generated = 0
+        self.queue: asyncio.Queue = asyncio.Queue()
+        self.started = time.perf_counter()
+        self.prefilled = False
+
+
+class Engine:
+    """Continuous batching with a step time that grows with the batch: throughput saturates."""
+
+    def __init__(self, args):
+        self.args = args
+        self.running: list[Request] = []
+        self.waiting: list[Request] = []
+        self.prompt_tokens_total = 0
+        self.generation_tokens_total = 0
+        self.requests_total = 0
+        self.frozen = False
+        self.wake = asyncio.Event()
+        self.last_gen_throughput = 0.0
+
+    def submit(self, request: Request) -> None:
+        self.waiting.append(request)
+        self.requests_total += 1
+        self.wake.set()
+
+    async def loop(self) -> None:
+        while True:
+            if self.frozen:
+                await asyncio.sleep(3600)
+                continue
+            if not self.running and not self.waiting:
+                self.wake.clear()
+                await self.wake.wait()
+                continue
+            admit = self.args.max_running_requests - len(self.running)
+            new, self.waiting = self.waiting[:admit], self.waiting[admit:]
+            self.running += new
+            prefill_tokens = sum(r.prompt_tokens for r in new)
+            step_s = (self.args.step_base_ms + self.args.step_per_req_ms * len(self.running)) / 1e3
+            step_s += prefill_tokens * self.args.prefill_us_per_token / 1e6
+            await asyncio.sleep(step_s)
+            if self.frozen:
+                continue
+            self.prompt_tokens_total += prefill_tokens
+            self.generation_tokens_total += len(self.running)
+            self.last_gen_throughput = len(self.running) / step_s
+            still = []
+            for request in self.running:
+                request.generated += 1
+                done = request.generated >= request.max_new
+                if done or request.generated % self.args.stream_interval == 0:
+                    request.queue.put_nowait(done)
+                if not done:
+                    still.append(request)
+            self.running = still
+
+
+def text_for(tokens: int) -> str:
+    return "".join(WORDS[i % len(WORDS)] for i in range(tokens))
+
+
+def count_prompt_tokens(body: dict) -> int:
+    if isinstance(body.get("input_ids"), list):
+        return len(body["input_ids"])
+    text = body.get("text") or ""
+    if isinstance(text, list):
+        text = " ".join(map(str, text))
+    return max(1, len(str(text)) // 4)
+
+
+class Server:
+    def __init__(self, args, log: Log):
+        self.args = args
+        self.log = log
+        self.mode = args.mode
+        self.engine = Engine(args)
+        self.ready = False
+        self.served_name = args.served_model_name or args.model_path
+        self.serving_since: float | None = None
+        self.generate_calls = 0
+
+    # --- failure injection -------------------------------------------------------
+    def crash_now(self, where: str) -> None:
+        name = self.mode.get("crash")
+        if not name or CRASHES.get(name, ("", []))[0] != where:
+            return
+        for line in CRASHES[name][1]:
+            self.log.raw(line)
+        self.log.line("Scheduler hit an exception. See the traceback above.", 3)
+        self.log.line("Received sigquit from a child process. It usually means the child failed.")
+        sys.stdout.flush()
+        os._exit(1)
+
+    def wedged(self) -> bool:
+        if "hang" in self.mode and self.ready:
+            return True
+        after = self.mode.get("wedge-after")
+        return bool(after and self.serving_since and time.monotonic() - self.serving_since
+                    >= float(after))
+
+    async def watch_wedge(self) -> None:
+        while True:
+            await asyncio.sleep(0.05)
+            if self.wedged() and not self.engine.frozen:
+                self.engine.frozen = True
+                self.log.line("Decode batch stuck: no progress (test engine wedged)", 0)
+
+    # --- HTTP --------------------------------------------------------------------
+    async def health(self, request):
+        if not self.ready:
+            return web.Response(status=503, text="starting")
+        if self.wedged():
+            await asyncio.sleep(3600)
+        return web.Response(text="")
+
+    async def health_generate(self, request):
+        if not self.ready:
+            return web.Response(status=503, text="starting")
+        job = Request(prompt_tokens=1, max_new=1)
+        self.engine.submit(job)
+        await job.queue.get()
+        return web.Response(text="")
+
+    async def generate(self, request):
+        if not self.ready:
+            return web.json_response({"error": {"message": "Server is starting"}}, status=503)
+        body = await request.json()
+        self.generate_calls += 1
+        if self.generate_calls >= 1:
+            self.crash_now("generate")
+        sampling = body.get("sampling_params") or {}
+        max_new = int(sampling.get("max_new_tokens") or 16)
+        job = Request(count_prompt_tokens(body), max_new)
+        self.engine.submit(job)
+        if not body.get("stream"):
+            while not await job.queue.get():
+                pass
+            return web.json_response(self._chunk(job, final=True))
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        while True:
+            done = await job.queue.get()
+            data = json.dumps(self._chunk(job, final=done))
+            await response.write(f"data: {data}\n\n".encode())
+            if done:
+                break
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
+
+    def _chunk(self, job: Request, final: bool) -> dict:
+        return {
+            "text": text_for(job.generated),
+            "output_ids": [1000 + i for i in range(job.generated)],
+            "meta_info": {
+                "id": job.rid,
+                "finish_reason": {"type": "length", "length": job.max_new} if final else None,
+                "prompt_tokens": job.prompt_tokens,
+                "weight_version": "default",
+                "completion_tokens": job.generated,
+                "cached_tokens": 0,
+                "e2e_latency": round(time.perf_counter() - job.started, 6),
+            },
+        }
+
+    async def server_info(self, request):
+        return web.json_response({
+            "model_path": self.args.model_path,
+            "served_model_name": self.served_name,
+            "tp_size": self.args.tp_size or 1,
+            "max_running_requests": self.args.max_running_requests,
+            "context_length": self.args.context_length,
+            "version": "0.5.10.post1-test-engine",
+            "internal_states": [{"last_gen_throughput": self.engine.last_gen_throughput}],
+        })
+
+    async def model_info(self, request):
+        return web.json_response({
+            "model_path": self.args.model_path,
+            "tokenizer_path": self.args.model_path,
+            "is_generation": True,
+            "weight_version": "default",
+        })
+
+    async def models(self, request):
+        return web.json_response({"object": "list", "data": [{
+            "id": self.served_name, "object": "model", "created": int(time.time()),
+            "owned_by": "sglang", "root": self.served_name,
+            "max_model_len": self.args.context_length,
+        }]})
+
+    async def metrics(self, request):
+        engine, label = self.engine, f'model_name="{self.served_name}"'
+        lines = []
+        for name, kind, value in (
+            ("num_running_reqs", "gauge", len(engine.running)),
+            ("num_queue_reqs", "gauge", len(engine.waiting)),
+            ("gen_throughput", "gauge", engine.last_gen_throughput),
+            ("token_usage", "gauge", min(1.0, len(engine.running) / 1024)),
+            ("cache_hit_rate", "gauge", 0.0),
+            ("prompt_tokens_total", "counter", engine.prompt_tokens_total),
+            ("generation_tokens_total", "counter", engine.generation_tokens_total),
+            ("num_requests_total", "counter", engine.requests_total),
+        ):
+            lines += [f"# HELP sglang:{name} {name}", f"# TYPE sglang:{name} {kind}",
+                      f"sglang:{name}{{{label}}} {float(value)}"]
+        return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
+
+    async def flush_cache(self, request):
+        return web.Response(text="Cache flushed.\nPlease check backend logs for more details.")
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_get("/health", self.health)
+        app.router.add_get("/health_generate", self.health_generate)
+        app.router.add_post("/generate", self.generate)
+        for path in ("/get_server_info", "/server_info"):
+            app.router.add_get(path, self.server_info)
+        for path in ("/get_model_info", "/model_info"):
+            app.router.add_get(path, self.model_info)
+        app.router.add_get("/v1/models", self.models)
+        app.router.add_get("/metrics", self.metrics)
+        app.router.add_route("*", "/flush_cache", self.flush_cache)
+        return app
+
+
+async def start_up(server: Server) -> None:
+    """Print the start-up phases as SGLang does, with the injected failures."""
+    log, args, mode = server.log, server.args, server.mode
+    log.line(f"server_args=ServerArgs(model_path='{args.model_path}', tp_size={args.tp_size}, "
+             f"max_running_requests={args.max_running_requests}, skip_server_warmup=False, "
+             "disable_flashinfer_autotune=False)")
+    log.all_ranks("Init torch distributed begin.")
+    server.crash_now("start")
+    log.all_ranks("Init torch distributed ends. mem usage=0.43 GB")
+    log.line("Load weight begin. avail mem=94.12 GB", 0)
+    load_s = float(mode.get("load", "0.5"))
+    stall_at = int(mode["stall-at"]) if "stall-at" in mode else None
+    shards = 80
+    for step in range(11):
+        pct = step * 10
+        log.raw(f"Loading safetensors checkpoint shards: {pct:3d}% Completed | "
+                f"{shards * step // 10}/{shards} [00:{step:02d}<00:00,  1.00it/s]", end="\r")
+        if stall_at is not None and pct >= stall_at:
+            await asyncio.sleep(10**6)
+        if step == 5:
+            server.crash_now("load")
+        if step < 10:
+            await asyncio.sleep(load_s / 10)
+    log.raw("")
+    log.all_ranks(f"Load weight end. type={MODEL_CLASS}, dtype=torch.bfloat16, "
+                  "avail mem=40.87 GB, mem usage=53.25 GB.")
+    server.crash_now("kv")
+    log.all_ranks("KV Cache is allocated. #tokens: 1043968, KV size: 28.40 GB")
+    log.line("Memory pool end. avail mem=8.12 GB", 0)
+    log.line("Running FlashInfer autotune...", 0)
+    await asyncio.sleep(0.1)
+    log.line("FlashInfer autotune completed.", 0)
+    log.line("Capture cuda graph begin. This can take up to several minutes. avail mem=8.10 GB", 0)
+    server.crash_now("graph")
+    log.line("Capture cuda graph end. Time elapsed: 0.10 s. mem usage=0.31 GB. avail mem=7.79 GB.",
+             0)
+    log.line(f"max_total_num_tokens=1043968, chunked_prefill_size=8192, max_prefill_tokens=16384, "
+             f"max_running_requests={args.max_running_requests}, "
+             f"context_len={args.context_length}, available_gpu_mem=7.79 GB")
+
+
+async def main_async(args) -> None:
+    ranks = int(args.mode.get("ranks", "2"))
+    log = Log(ranks)
+    server = Server(args, log)
+    rank_child = spawn_rank_process("ignore-sigterm" in args.mode)
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    if "ignore-sigterm" in args.mode:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    else:
+        loop.add_signal_handler(signal.SIGTERM, stop.set)
+        loop.add_signal_handler(signal.SIGINT, stop.set)
+    asyncio.create_task(server.engine.loop())
+    asyncio.create_task(server.watch_wedge())
+    await start_up(server)
+    runner = web.AppRunner(server.app(), access_log=None, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, args.host, args.port, backlog=4096)
+    await site.start()
+    log.raw(f"INFO:     Started server process [{os.getpid()}]")
+    log.raw("INFO:     Waiting for application startup.")
+    log.raw("INFO:     Application startup complete.")
+    log.raw(f"INFO:     Uvicorn running on http://{args.host}:{args.port} (Press CTRL+C to quit)")
+    log.line("Prefill batch. #new-seq: 1, #new-token: 7, #cached-token: 0, token usage: 0.00, "
+             "#running-req: 0, #queue-req: 0", 0)
+    server.ready = True
+    server.serving_since = time.monotonic()
+    log.line("The server is fired up and ready to roll!")
+    await stop.wait()
+    log.line("Received SIGTERM: draining and shutting down.")
+    await runner.cleanup()
+    if rank_child.poll() is None:
+        rank_child.terminate()
+        rank_child.wait(5)
+
+
+def spawn_rank_process(ignore_sigterm: bool) -> subprocess.Popen:
+    """A child in the same process group, as SGLang's scheduler ranks are."""
+    code = "import signal, time\n"
+    if ignore_sigterm:
+        code += "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+    code += "while True:\n    time.sleep(1)\n"
+    return subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.DEVNULL)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        asyncio.run(main_async(args))
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()
