@@ -14,6 +14,8 @@ COMMAND_MODULES = [
     "command",
     "patch",
     "preflight",
+    "serve",
+    "status",
     "validate",
 ]
 
