@@ -32,6 +32,7 @@ from glm5svc.patches.engine import (
     refuse_unknown,
     revert_patch,
 )
+from glm5svc.patches.install import locate_sglang
 from glm5svc.patches.report import PatchReport, patch_report
 from glm5svc.patches.spec import load_patches
 
@@ -94,12 +95,12 @@ def run(args) -> int:
 
 def _target(args):
     if args.site_packages:
-        return Path(args.site_packages)
+        return locate_sglang(site_packages=Path(args.site_packages))
     if args.python:
-        return Path(args.python)
+        return locate_sglang(python=Path(args.python))
     path = resolve_config_path(args.config)
     config = load_config(path) if path.exists() or args.config else Config()
-    return Path(config.server.python)
+    return locate_sglang(python=config.server.python)
 
 
 def _status(args, report: PatchReport) -> int:
