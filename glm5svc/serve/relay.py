@@ -63,7 +63,15 @@ class JournalSink:
 
 
 def choose_sink(engine_pid_getter: Callable[[], int | None]):
-    """The journal when journald is there (as under systemd), else plain stderr."""
+    """The journal when journald is there (as under systemd), else plain stderr.
+
+    $GLM5SVC_LOG_TARGET=stderr|journal overrides the choice.
+    """
+    target = os.environ.get("GLM5SVC_LOG_TARGET")
+    if target == "stderr":
+        return StderrSink()
+    if target == "journal" and _journal is not None:
+        return JournalSink(engine_pid_getter)
     if _journal is not None and (os.environ.get("JOURNAL_STREAM") or JOURNAL_SOCKET.exists()):
         return JournalSink(engine_pid_getter)
     return StderrSink()

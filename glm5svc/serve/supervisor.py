@@ -175,6 +175,7 @@ class Supervisor:
             return
         if self.state.phase in (Phase.STARTING, Phase.LOADING, Phase.AUTOTUNE, Phase.WARMUP):
             self._set_phase(Phase.CHECKING, "checking one real generation")
+            self.notifier.status("checking one real generation")
         generation = self.client.generation_check(timeout)
         now = time.monotonic()
         if not generation.ok:

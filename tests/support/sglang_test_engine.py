@@ -15,6 +15,7 @@ Behaviour is chosen with --test-mode or $TEST_ENGINE_MODE: comma-separated items
   hang                  once serving, answer nothing and make no progress
   wedge-after=SECONDS   like hang, starting that long after serving began
   ignore-sigterm        the engine and its rank process ignore SIGTERM
+  empty-text            non-streaming /generate answers with empty text
   ranks=N               rank log prefixes TP0..TP(N-1) (default 2)
 Throughput model (a real engine's knee): each decode step takes
   step_base_ms + step_per_req_ms * running requests, and gives every running request
@@ -317,8 +318,7 @@ class Server:
             return web.json_response({"error": {"message": "Server is starting"}}, status=503)
         body = await request.json()
         self.generate_calls += 1
-        if self.generate_calls >= 1:
-            self.crash_now("generate")
+        self.crash_now("generate")
         sampling = body.get("sampling_params") or {}
         max_new = int(sampling.get("max_new_tokens") or 16)
         job = Request(count_prompt_tokens(body), max_new)
@@ -326,7 +326,10 @@ class Server:
         if not body.get("stream"):
             while not await job.queue.get():
                 pass
-            return web.json_response(self._chunk(job, final=True))
+            reply = self._chunk(job, final=True)
+            if "empty-text" in self.mode:
+                reply["text"] = ""
+            return web.json_response(reply)
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
         while True:

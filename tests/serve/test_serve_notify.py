@@ -1,0 +1,71 @@
+"""`glm5svc serve` against the test engine and a real notify socket: the systemd conversation."""
+
+from __future__ import annotations
+
+import re
+import time
+
+
+def test_notify_sequence_from_start_to_stop(serve, notify_socket):
+    process = serve("load=1.5", watchdog_usec=400_000)
+    status = process.wait_ready()
+    assert status["phase"] == "serving"
+    assert status["startup_seconds"] > 1.0
+    time.sleep(0.6)  # some watchdog pings while serving
+    process.terminate()
+    assert process.wait_exit(10) == 0
+
+    sent = notify_socket.assignments()
+    statuses = [a.removeprefix("STATUS=") for a in sent if a.startswith("STATUS=")]
+    # Phases in the order the log reveals them, then the checks, then stopping.
+    expected = ["starting", "loading weights", "autotune", "warm-up",
+                "checking one real generation", "serving", "draining"]
+    positions = [next(i for i, s in enumerate(statuses) if s.startswith(p)) for p in expected]
+    assert positions == sorted(positions), statuses
+    assert any(re.fullmatch(r"loading weights [1-9]\d?%", s) for s in statuses), statuses
+
+    ready = sent.index("READY=1")
+    checking = sent.index("STATUS=checking one real generation")
+    assert checking < ready
+    assert sent.count("READY=1") == 1
+    extends = [i for i, a in enumerate(sent) if a.startswith("EXTEND_TIMEOUT_USEC=")]
+    assert len(extends) >= 3 and max(extends) < ready  # only while starting up
+    assert int(sent[extends[0]].split("=")[1]) == (10 + 30) * 1_000_000
+    pings = [i for i, a in enumerate(sent) if a == "WATCHDOG=1"]
+    assert len([i for i in pings if i > ready]) >= 2
+    stopping = sent.index("STOPPING=1")
+    assert stopping > ready and sent[stopping + 1].startswith("STATUS=draining")
+
+
+def test_ready_needs_a_generation_with_text(serve, notify_socket):
+    # /health_generate passes, but /generate returns no text: never READY, and start-up
+    # gives up at the stall limit saying why.
+    process = serve("load=0.2,empty-text", load_stall_timeout_s=2.5)
+    code = process.wait_exit(15)
+    assert code != 0
+    assert "READY=1" not in notify_socket.assignments()
+    assert "STATUS=checking one real generation" in notify_socket.assignments()
+    assert "generation check: no text in reply" in process.output
+    assert "start-up made no progress for" in process.output
+
+
+def test_slow_load_that_progresses_is_not_timed_out(serve):
+    # Loading takes twice the stall limit, but shows progress all the way.
+    process = serve("load=3", load_stall_timeout_s=1.5)
+    status = process.wait_ready(20)
+    assert status["startup_seconds"] > 3.0
+    assert status["load_percent"] == 100
+
+
+def test_stalled_load_gives_up_with_a_clear_message(serve, notify_socket):
+    process = serve("load=1,stall-at=40", load_stall_timeout_s=1.5)
+    started = time.monotonic()
+    code = process.wait_exit(15)
+    elapsed = time.monotonic() - started
+    assert code == 1
+    assert elapsed < 1.5 + 5  # the stall limit plus start-up and teardown margin
+    assert re.search(r"giving up: start-up made no progress for \d+ s "
+                     r"\(service.load_stall_timeout_s = 1.5\) in phase 'loading weights'",
+                     process.output)
+    assert "READY=1" not in notify_socket.assignments()
+    assert any(a.startswith("STATUS=failed: giving up") for a in notify_socket.assignments())
