@@ -47,21 +47,27 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def summarise_us(samples_ns: list[int]) -> dict:
+def summarise_us(samples_ns: list[int], cpu_ns: list[int] | None = None) -> dict:
     us = [s / 1000 for s in samples_ns]
-    return {"n": len(us), "median_us": percentile(us, 0.5), "p99_us": percentile(us, 0.99)}
+    out = {"n": len(us), "median_us": percentile(us, 0.5), "p99_us": percentile(us, 0.99)}
+    if cpu_ns:
+        out["cpu_median_us"] = percentile([c / 1000 for c in cpu_ns], 0.5)
+    return out
 
 
 def time_call(call, n: int) -> dict:
-    samples = []
+    """Wall time per call, and this thread's CPU time (a blocking wait costs wall, not CPU)."""
+    samples, cpu = [], []
     for _ in range(n):
+        c0 = time.thread_time_ns()
         t0 = time.perf_counter_ns()
         try:
             call()
         except pynvml.NVMLError as exc:
             return {"error": str(exc)}
         samples.append(time.perf_counter_ns() - t0)
-    return summarise_us(samples)
+        cpu.append(time.thread_time_ns() - c0)
+    return summarise_us(samples, cpu)
 
 
 def per_call_costs(handle, n: int) -> dict:
@@ -92,10 +98,12 @@ def per_call_costs(handle, n: int) -> dict:
             lambda: n_.nvmlDeviceGetFieldValues(handle, [FI_POWER_INSTANT]),
             n,
         ),
-        "FieldValues[186,83,94] (sample batch)": (
-            lambda: n_.nvmlDeviceGetFieldValues(
-                handle, [FI_POWER_INSTANT, FI_TOTAL_ENERGY_CONSUMPTION, FI_PCIE_REPLAY_COUNTER]
-            ),
+        "FieldValues[replay 94]": (
+            lambda: n_.nvmlDeviceGetFieldValues(handle, [FI_PCIE_REPLAY_COUNTER]),
+            n,
+        ),
+        "FieldValues[186,94] (sample batch)": (
+            lambda: n_.nvmlDeviceGetFieldValues(handle, [FI_POWER_INSTANT, FI_PCIE_REPLAY_COUNTER]),
             n,
         ),
         "FieldValues[197,198] (PCIe counters)": (
@@ -137,7 +145,8 @@ def naive_cost(result: dict) -> float | None:
 
 
 def sampler_costs(n: int) -> dict:
-    """The sampler's own reads, per GPU: the slow sample, the PCIe read, and both together."""
+    """The sampler's reads, per GPU: the sample, the PCIe counters, both together (the
+    per-sample cost), and the energy counter, which is read once per period on its own."""
     source = PynvmlSource()
     gpus = source.open()
     result = {}
@@ -146,16 +155,42 @@ def sampler_costs(n: int) -> dict:
             i = gpu.index
             sample = time_call(lambda i=i: source.read_sample(i), n)
             pcie = time_call(lambda i=i: source.read_pcie_bytes(i), n)
+            energy = time_call(lambda i=i: source.read_energy_mj(i), min(n, 50))
 
             def whole(i=i):
                 source.read_sample(i)
                 source.read_pcie_bytes(i)
 
             both = time_call(whole, n)
-            result[str(i)] = {"read_sample": sample, "read_pcie": pcie, "whole_sample": both}
+            result[str(i)] = {
+                "read_sample": sample,
+                "read_pcie": pcie,
+                "whole_sample": both,
+                "read_energy": energy,
+            }
     finally:
         source.close()
     return result
+
+
+def sampler_cpu(seconds: float, period: float, pcie_period: float) -> dict:
+    """CPU the running sampler (both loops) takes, as a share of one core."""
+    sampler = Sampler(period_s=period, pcie_period_s=pcie_period).start()
+    try:
+        sampler.wait_for_sample(5)
+        c0, t0 = time.process_time(), time.monotonic()
+        time.sleep(seconds)
+        cpu, wall = time.process_time() - c0, time.monotonic() - t0
+        reads = sampler.pcie_counter_stats()
+    finally:
+        sampler.stop()
+    return {
+        "seconds": wall,
+        "period_s": period,
+        "pcie_period_s": pcie_period,
+        "cpu_share_of_one_core": cpu / wall,
+        "counter_reads": reads,
+    }
 
 
 def pcie_accuracy(torch, devices: list[int], copy_gib: int, chunk_gib: int, period: float):
@@ -321,7 +356,10 @@ def write_json(path: Path, data: dict) -> None:
 def fmt_us(stat: dict) -> str:
     if "error" in stat:
         return f"error: {stat['error']}"
-    return f"median {stat['median_us']:9.1f} us   p99 {stat['p99_us']:9.1f} us"
+    return (
+        f"median {stat['median_us']:9.1f} us   p99 {stat['p99_us']:9.1f} us   "
+        f"cpu {stat.get('cpu_median_us', float('nan')):8.1f} us"
+    )
 
 
 def report(result: dict) -> None:
@@ -346,6 +384,13 @@ def _report(result: dict) -> None:
             print(f"  GPU {gpu} {name:14s} {fmt_us(stat)}")
     naive = result.get("naive_sample_cost_us")
     print(f"  naive sample (read_sample + PcieThroughput TX + RX), GPU 0: ~{naive} us")
+    cpu = result.get("sampler_cpu")
+    if cpu and "error" not in cpu:
+        print(
+            f"  running sampler (period {cpu['period_s']} s, PCIe every "
+            f"{cpu['pcie_period_s'] * 1000:.0f} ms): {cpu['cpu_share_of_one_core'] * 100:.1f}% "
+            f"of one core for {result['environment']['gpu_count']} GPU(s)"
+        )
     acc = result.get("pcie_accuracy")
     if acc:
         print(f"\nPCIe accuracy (fast loop every {acc['pcie_period_s'] * 1000:.0f} ms):")
@@ -416,6 +461,7 @@ def main(argv=None) -> int:
         result["environment"]["torch"] = torch.__version__
     phases = [("per_call_cost_gpu0", lambda: per_call_costs_gpu0(args.samples))]
     phases.append(("sampler_cost", lambda: sampler_costs(args.samples)))
+    phases.append(("sampler_cpu", lambda: sampler_cpu(5.0, 1.0, args.pcie_period)))
     if torch:
         phases.append(
             (

@@ -261,6 +261,7 @@ class Sampler:
         self._lock = threading.RLock()  # states, windows
         self._pcie_lock = threading.Lock()  # one PCIe read-and-update at a time, in order
         self._sample_lock = threading.Lock()
+        self._energy_lock = threading.Lock()  # energy reads folded in the order taken
         self._stop = threading.Event()
         self._sampled = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -416,13 +417,14 @@ class Sampler:
             raws = []
             for index in range(len(self._states)):
                 try:
-                    raws.append(self._source.read_sample(index))
+                    raw = self._source.read_sample(index)
                 except Exception as exc:  # noqa: BLE001
-                    raws.append(RawSample(errors={"sample": str(exc)}))
+                    raw = RawSample(errors={"sample": str(exc)})
+                raws.append((raw, self._energy_now(index, raw)))
             t = self._clock()
             with self._lock:
                 pairs = zip(self._states, raws, strict=False)
-                gpus = tuple(self._fold(state, raw, t) for state, raw in pairs)
+                gpus = tuple(self._fold(state, raw, energy, t) for state, (raw, energy) in pairs)
                 snapshot = Snapshot(
                     available=True,
                     driver_version=self._driver,
@@ -436,8 +438,23 @@ class Sampler:
         self._sampled.set()
         return snapshot
 
-    def _fold(self, state: _GpuState, raw: RawSample, t: float) -> GpuSnapshot:
-        energy_j = state.update_energy(raw.energy_mj)
+    def _energy_now(self, index: int, raw: RawSample | None = None) -> float | None:
+        """Read the energy counter and fold it in; in order, so no reading is taken twice."""
+        errors = raw.errors if raw is not None else {}
+        with self._energy_lock:
+            value = raw.energy_mj if raw is not None else None
+            if value is None:
+                try:
+                    value = self._source.read_energy_mj(index)
+                except Exception as exc:  # noqa: BLE001
+                    errors["energy"] = str(exc)
+            if raw is not None:
+                raw.energy_mj = value
+            return self._states[index].update_energy(value)
+
+    def _fold(
+        self, state: _GpuState, raw: RawSample, energy_j: float | None, t: float
+    ) -> GpuSnapshot:
         with self._pcie_lock:
             tx_total, rx_total = state.tx.total, state.rx.total
             gaps = state.tx.gaps + state.rx.gaps
@@ -565,10 +582,7 @@ class Sampler:
         marks = []
         with self._lock:
             for index, state in enumerate(self._states):
-                try:
-                    energy = state.update_energy(self._source.read_energy_mj(index))
-                except Exception:  # noqa: BLE001
-                    energy = None
+                energy = self._energy_now(index)
                 with self._pcie_lock:
                     marks.append(
                         (
