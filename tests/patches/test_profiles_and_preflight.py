@@ -1,0 +1,144 @@
+"""Stack profiles (data + lock file against the wheel's pins), patch data, preflight rows."""
+
+from __future__ import annotations
+
+import zipfile
+from email.parser import HeaderParser
+from pathlib import Path
+
+import pytest
+import yaml
+from packaging.requirements import Requirement
+
+from glm5svc import profiles
+from glm5svc.config import Config
+from glm5svc.errors import ConfigError
+from glm5svc.patches import nsa_fix_in_place, patch_report
+from glm5svc.patches.engine import apply_patch
+from glm5svc.patches.preflight import check_stack_and_patches, preflight_rows
+from glm5svc.patches.spec import PatchDataError, load_patches
+from glm5svc.preflight import FAIL, OK, WARN, PreflightContext
+from glm5svc.profiles import StackProfile, load_profile, pinned_requirements
+
+from .conftest import sglang_wheel
+
+
+def test_cu128_profile_fields():
+    profile = load_profile("cu128")
+    assert profile.sglang_version == "0.5.10.post1"
+    assert profile.cuda_version == "12.8" and profile.cuda_home == Path("/usr/local/cuda-12.8")
+    assert profile.sparse_attention_flag("decode") == "--nsa-decode-backend"
+    assert profile.requirements_path.name == "cu128.txt"
+
+
+def test_unknown_profile_names_the_known_ones():
+    with pytest.raises(ConfigError, match=r"unknown stack profile 'cu13'.*known profiles: cu128"):
+        load_profile("cu13")
+
+
+def test_a_second_profile_is_data_only(tmp_path, monkeypatch):
+    (tmp_path / "cu130.txt").write_text("sglang==0.5.23\ntorch==2.11.0\n")
+    base = yaml.safe_load((profiles.PROFILES_DIR / "cu128.yaml").read_text())
+    base.update(
+        name="cu130",
+        sglang_version="0.5.23",
+        torch_version="2.11.0",
+        cuda_version="13.0",
+        cuda_home="/usr/local/cuda-13.0",
+        requirements="cu130.txt",
+        sparse_attention_flag_prefix="dsa",
+    )
+    (tmp_path / "cu130.yaml").write_text(yaml.safe_dump(base))
+    monkeypatch.setattr(profiles, "PROFILES_DIR", tmp_path)
+    load_profile.cache_clear()
+    try:
+        profile = load_profile("cu130")
+        assert profile.sparse_attention_flag("prefill") == "--dsa-prefill-backend"
+        assert pinned_requirements(profile) == {"sglang": "0.5.23", "torch": "2.11.0"}
+        assert profiles.known_profiles() == ["cu130"]
+    finally:
+        load_profile.cache_clear()
+
+
+@pytest.mark.parametrize(("version", "prefix"), [("0.5.10.post1", "dsa"), ("0.5.23", "nsa")])
+def test_flag_prefix_must_fit_the_version(version, prefix):
+    data = yaml.safe_load((profiles.PROFILES_DIR / "cu128.yaml").read_text())
+    data.update(sglang_version=version, sparse_attention_flag_prefix=prefix)
+    with pytest.raises(ValueError, match="flags"):
+        StackProfile.model_validate(data)
+
+
+@pytest.mark.slow
+def test_lock_file_holds_the_wheels_own_pins():
+    """Every Requires-Dist of the sglang 0.5.10.post1 wheel (Linux x86_64, no extras) is in
+    cu128.txt at a version it allows; == pins exactly."""
+    pins = pinned_requirements(load_profile("cu128"))
+    with zipfile.ZipFile(sglang_wheel("0.5.10.post1")) as wheel:
+        name = next(n for n in wheel.namelist() if n.endswith(".dist-info/METADATA"))
+        metadata = HeaderParser().parsestr(wheel.read(name).decode())
+    env = {
+        "sys_platform": "linux",
+        "platform_machine": "x86_64",
+        "python_version": "3.11",
+        "extra": "",
+    }
+    checked = 0
+    for line in metadata.get_all("Requires-Dist"):
+        req = Requirement(line)
+        if req.marker and not req.marker.evaluate(env):
+            continue
+        pinned = pins.get(profiles.normalise_name(req.name))
+        assert pinned is not None, f"{req.name} missing from cu128.txt"
+        assert req.specifier.contains(pinned, prereleases=True), f"{req} vs {pinned}"
+        checked += 1
+    assert checked > 50
+    assert pins["sglang"] == "0.5.10.post1"
+    assert (pins["torch"], pins["transformers"]) == ("2.9.1", "5.3.0")
+    assert (pins["flashinfer-python"], pins["sglang-kernel"]) == ("0.6.7.post3", "0.4.1")
+    assert pins["nvidia-cuda-runtime-cu12"].startswith("12.8.")  # torch's CUDA 12.8 build
+
+
+def test_patch_data_loads_and_rejects_overlapping_texts(tmp_path):
+    assert [p.id for p in load_patches()] == ["flashinfer-cutlass-autotune", "nsa-fp8-mha-prefix"]
+    data = yaml.safe_load(
+        (
+            Path(__file__).parents[2] / "glm5svc/data/patches" / "flashinfer-cutlass-autotune.yaml"
+        ).read_text()
+    )
+    data["variants"][0]["edits"][0]["replacement"] = '# "flashinfer_cutlass",\n'
+    (tmp_path / "flashinfer-cutlass-autotune.yaml").write_text(yaml.safe_dump(data))
+    with pytest.raises(PatchDataError, match="contains another"):
+        load_patches(tmp_path)
+
+
+@pytest.mark.slow
+def test_preflight_rows_before_and_after_apply(make_site):
+    site = make_site("0.5.10.post1")
+    profile = load_profile("cu128")
+    rows = {row.name: row for row in preflight_rows(site, profile)}
+    assert rows["sglang"].status == OK
+    autotune, nsa = rows["patch flashinfer-cutlass-autotune"], rows["patch nsa-fp8-mha-prefix"]
+    assert (
+        autotune.status == FAIL
+        and autotune.fix == "glm5svc patch apply flashinfer-cutlass-autotune"
+    )
+    assert nsa.status == WARN and "--disable-radix-cache" in nsa.detail
+    report = patch_report(site)
+    for result in report.results:
+        apply_patch(result, report.install)
+    assert {row.status for row in preflight_rows(site, profile)} == {OK}
+
+
+@pytest.mark.slow
+def test_preflight_rows_other_version_and_missing(make_site, tmp_path):
+    rows = preflight_rows(make_site("0.5.9"), load_profile("cu128"))
+    assert rows[0].status == WARN and "pins 0.5.10.post1" in rows[0].detail
+    missing = preflight_rows(tmp_path / "nowhere-python")
+    assert [(r.name, r.status) for r in missing] == [("sglang", FAIL)]
+
+
+def test_preflight_check_and_nsa_answer_from_config(tmp_path):
+    config = Config.model_validate({"server": {"python": str(tmp_path / "bin/python")}})
+    rows = check_stack_and_patches(PreflightContext(config, None, None))
+    assert rows[0].status == FAIL and "no Python interpreter" in rows[0].detail
+    assert nsa_fix_in_place(config) is None
