@@ -1,0 +1,59 @@
+"""The health listener (/livez /readyz /status /metrics) and `glm5svc status` on a live service."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from tests.serve.conftest import REPO
+
+
+def run_status(config_path, *args):
+    return subprocess.run(
+        [sys.executable, "-m", "glm5svc", "--config", str(config_path), "status", *args],
+        capture_output=True, text=True, cwd=REPO, timeout=30,
+    )
+
+
+def test_listener_and_status_command(serve, tmp_path):
+    process = serve("load=0.2")
+    config_path = tmp_path / "glm5.yaml"
+    process.wait_for(lambda: process.get("/livez")[0] == 200, 15, "/livez")
+    process.wait_ready()
+    assert process.get("/readyz") == (200, "ready: serving\n")
+
+    status = process.status()
+    assert status["phase"] == "serving" and status["engine_pid"] > 0
+    assert status["launch_plan"]["argv"][1].endswith("sglang_test_engine.py")
+    assert status["diagnosis"] == [] and status["restarts_seen"] == 0
+    assert status["probes"]["total"] >= 1
+
+    code, metrics = process.get("/metrics")
+    assert code == 200
+    assert "glm5svc_ready 1.0" in metrics
+    assert 'glm5svc_phase{phase="serving"} 1.0' in metrics
+    assert "glm5svc_startup_seconds" in metrics
+    assert "glm5svc_probe_failures_total" in metrics
+
+    result = run_status(config_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "serving" in result.stdout and "ready: yes" in result.stdout
+
+    process.terminate()
+    assert process.wait_exit(10) == 0
+    result = run_status(config_path)
+    assert result.returncode == 3
+    assert "not reachable" in result.stdout
+
+
+def test_status_command_shows_the_previous_runs_diagnosis(serve, tmp_path):
+    crashed = serve("load=0.2,crash=shared-experts")
+    assert crashed.wait_exit(20) == 78
+    process = serve("load=0.2,stall-at=50", load_stall_timeout_s=30)
+    process.wait_for(lambda: process.status().get("load_percent") == 50, 15, "loading 50%")
+    assert process.get("/readyz")[0] == 503
+    result = run_status(tmp_path / "glm5.yaml")
+    assert result.returncode == 1
+    assert "loading weights: 50%" in result.stdout
+    assert "previous run: exit 78" in result.stdout
+    assert "disable_shared_experts_fusion" in result.stdout
