@@ -1,0 +1,101 @@
+"""What one benchmark run does: server, interpreter, tokenizer, ladder, lengths, prompts."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from glm5svc.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class BenchPlan:
+    base_url: str
+    python: str  # interpreter with sglang: runs `python -m sglang.bench_serving`
+    tokenizer: str
+    model: str  # the served model name
+    ladder: tuple[int, ...]
+    input_len: int
+    output_len: int
+    prompts_per_concurrency: int = 4
+    min_prompts: int = 128
+    num_prompts: int | None = None  # fixed prompts per level; overrides the two above
+    warmup_requests: int = 16
+    seed: int = 1
+    api_key: str | None = None  # never written to results
+    level_timeout_s: float | None = None
+
+    def prompts_for(self, concurrency: int) -> int:
+        if self.num_prompts is not None:
+            return self.num_prompts
+        return max(self.min_prompts, self.prompts_per_concurrency * concurrency)
+
+    def with_overrides(self, **overrides: Any) -> BenchPlan:
+        given = {k: v for k, v in overrides.items() if v is not None}
+        if "ladder" in given:
+            given["ladder"] = tuple(given["ladder"])
+        plan = replace(self, **given)
+        plan.validate()
+        return plan
+
+    def validate(self) -> None:
+        problems = []
+        if not self.ladder:
+            problems.append("ladder: give at least one concurrency level")
+        elif list(self.ladder) != sorted(set(self.ladder)) or min(self.ladder) < 1:
+            problems.append(f"ladder: must be positive and strictly increasing (got {self.ladder})")
+        for name in ("input_len", "output_len"):
+            if getattr(self, name) < 1:
+                problems.append(f"{name}: must be at least 1 (got {getattr(self, name)})")
+        if self.num_prompts is not None and self.num_prompts < 1:
+            problems.append(f"num_prompts: must be at least 1 (got {self.num_prompts})")
+        if problems:
+            raise ConfigError("the benchmark plan is not valid", problems=problems)
+
+    def describe(self) -> dict[str, Any]:
+        """The plan as recorded in results: everything but the API key."""
+        data = asdict(self)
+        data["api_key"] = "(set)" if self.api_key else None
+        data["ladder"] = list(self.ladder)
+        data["prompts"] = {str(c): self.prompts_for(c) for c in self.ladder}
+        return data
+
+
+def plan_from_config(config, ladder: list[int] | None = None, **overrides: Any) -> BenchPlan:
+    """The plan the config describes (benchmark, server, model sections), then overrides."""
+    bench = config.benchmark
+    server = config.server
+    host = "127.0.0.1" if server.host in ("0.0.0.0", "::", "") else server.host
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    plan = BenchPlan(
+        base_url=f"http://{host}:{server.port}",
+        python=str(server.python),
+        tokenizer=str(config.model.tokenizer_path or config.model.path),
+        model=config.model.served_name,
+        ladder=tuple(ladder or bench.ladder),
+        input_len=bench.input_len,
+        output_len=bench.output_len,
+        prompts_per_concurrency=bench.prompts_per_concurrency,
+        min_prompts=bench.min_prompts,
+        warmup_requests=bench.warmup_requests,
+        seed=bench.seed,
+        api_key=read_api_key(server.api_key_file),
+    )
+    return plan.with_overrides(**overrides)
+
+
+def read_api_key(path: Path | None) -> str | None:
+    if path is None:
+        return None
+    try:
+        key = Path(path).read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise ConfigError(
+            f"server.api_key_file {path}: cannot read it ({exc.strerror}); "
+            "fix the path or its permissions"
+        ) from None
+    if not key:
+        raise ConfigError(f"server.api_key_file {path}: the file is empty; put the key in it")
+    return key

@@ -1,0 +1,79 @@
+"""Where a run's numbers came from: versions, GPUs, driver, power limits, launch plan, date."""
+
+from __future__ import annotations
+
+import platform
+import socket
+import subprocess
+from datetime import UTC, datetime
+from typing import Any
+
+from glm5svc import __version__
+
+_SGLANG_VERSION = (
+    "import importlib.metadata as m\n"
+    "try:\n    print(m.version('sglang'))\nexcept m.PackageNotFoundError:\n"
+    "    import sglang.version as v; print(v.__version__)\n"
+)
+
+
+def sglang_version(python: str) -> str | None:
+    """The version of the sglang that `python` would run (metadata only: no torch import)."""
+    try:
+        done = subprocess.run(
+            [python, "-c", _SGLANG_VERSION], capture_output=True, text=True, timeout=60
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    lines = done.stdout.strip().splitlines()
+    return lines[-1] if done.returncode == 0 and lines else None
+
+
+def gpu_facts(sampler: Any) -> dict[str, Any]:
+    """GPUs, driver and power limits from the sampler's last snapshot; never calls NVML."""
+    if sampler is None or not hasattr(sampler, "snapshot"):
+        return {"available": False, "reason": "no telemetry sampler"}
+    snap = sampler.snapshot()
+    if not getattr(snap, "available", False):
+        return {"available": False, "reason": getattr(snap, "reason", None)}
+    return {
+        "available": True,
+        "driver_version": snap.driver_version,
+        "count": len(snap.gpus),
+        "gpus": [
+            {
+                "index": g.index,
+                "name": g.name,
+                "uuid": g.uuid,
+                "pci_bus_id": g.pci_bus_id,
+                "power_limit_w": g.power_limit_w,
+                "pcie": f"gen{g.pcie_generation} x{g.pcie_width}" if g.pcie_generation else None,
+            }
+            for g in snap.gpus
+        ],
+    }
+
+
+def launch_plan_summary(config: Any) -> Any:
+    """The launch plan's summary if it can be built here; the reason if not."""
+    if config is None:
+        return None
+    try:
+        from glm5svc.launch_plan import build_launch_plan
+
+        return build_launch_plan(config).summary()
+    except Exception as exc:  # guarded on purpose: provenance must never fail a run
+        return {"unavailable": f"{type(exc).__name__}: {exc}"}
+
+
+def collect(python: str, sampler: Any = None, config: Any = None) -> dict[str, Any]:
+    return {
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "host": socket.gethostname(),
+        "glm5svc_version": __version__,
+        "sglang_version": sglang_version(python),
+        "bench_serving": f"{python} -m sglang.bench_serving",
+        "python": platform.python_version(),
+        "gpus": gpu_facts(sampler),
+        "launch_plan": launch_plan_summary(config),
+    }

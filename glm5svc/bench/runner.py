@@ -1,0 +1,358 @@
+"""Run sglang.bench_serving (the server venv's own, as a subprocess) once per ladder level.
+
+The telemetry window of a level opens when bench_serving prints that its warm-up is done
+and the timed run starts, and closes when it prints its result header, so energy and power
+cover the measured requests only. Versions that print neither get a window over the whole
+process, and the level says so (`window_scope`).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from glm5svc.bench.metrics import BenchLineError, last_result_line, parse_bench_line
+from glm5svc.bench.plan import BenchPlan
+from glm5svc.bench.power import WindowSampler, level_telemetry, unavailable
+from glm5svc.bench.results import LevelResult
+
+# Printed by bench_serving 0.3 .. 0.5.x (matched by content, as the wording around varies).
+MEASURED_RUN_STARTS = "Starting main benchmark run"
+MEASURED_RUN_ENDS = "Serving Benchmark Result"
+RAW_LINES_FILE = "bench_serving.jsonl"
+HEALTH_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True)
+class BenchEvent:
+    """Progress, for a progress bar or the service's STATUS= line."""
+
+    kind: str  # "level-start", "measuring", "level-done", "stopped", "finished"
+    concurrency: int | None
+    index: int  # 0-based position in the ladder
+    total: int
+    message: str
+    level: LevelResult | None = None
+
+
+ProgressCallback = Callable[[BenchEvent], None]
+
+
+def bench_serving_command(
+    plan: BenchPlan, concurrency: int, num_prompts: int, output_file: Path
+) -> list[str]:
+    return [
+        plan.python,
+        "-m",
+        "sglang.bench_serving",
+        "--backend", "sglang",
+        "--base-url", plan.base_url,
+        "--model", plan.model,
+        "--tokenizer", plan.tokenizer,
+        "--dataset-name", "random-ids",
+        "--random-input-len", str(plan.input_len),
+        "--random-output-len", str(plan.output_len),
+        "--random-range-ratio", "1.0",
+        "--num-prompts", str(num_prompts),
+        "--max-concurrency", str(concurrency),
+        "--request-rate", "inf",
+        "--warmup-requests", str(plan.warmup_requests),
+        "--seed", str(plan.seed),
+        "--output-file", str(output_file),
+        "--disable-tqdm",
+    ]  # fmt: skip
+
+
+def bench_serving_env(plan: BenchPlan) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONUNBUFFERED"] = "1"  # the run markers must arrive when printed
+    # Offline-safe: a served name that is not a local path must not send transformers
+    # to a model hub (it retries for about a minute per level when there is no network).
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    env.setdefault("TRANSFORMERS_OFFLINE", "1")
+    env.pop("API_KEY", None)
+    env.pop("OPENAI_API_KEY", None)
+    if plan.api_key:
+        env["OPENAI_API_KEY"] = plan.api_key  # bench_serving sends it as a Bearer token
+    return env
+
+
+def run_level(
+    plan: BenchPlan,
+    concurrency: int,
+    run_dir: Path,
+    sampler: WindowSampler | None = None,
+    on_measuring: Callable[[], None] | None = None,
+    no_telemetry_reason: str = "no telemetry sampler",
+) -> tuple[LevelResult, str | None]:
+    """Run bench_serving at one concurrency; returns the result and its raw JSON line."""
+    requested = plan.prompts_for(concurrency)
+    logs = run_dir / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    output_file = logs / f"c{concurrency}.jsonl"
+    output_file.unlink(missing_ok=True)
+    log_path = logs / f"c{concurrency}.log"
+    command = bench_serving_command(plan, concurrency, requested, output_file)
+    started = time.monotonic()
+    windows = _Windows(sampler, f"c={concurrency}", no_telemetry_reason)
+    try:
+        proc = subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            errors="replace",
+            env=bench_serving_env(plan),
+            start_new_session=True,  # so a timeout or ^C ends bench_serving's whole group
+        )
+    except OSError as exc:
+        windows.abandon()
+        return _failed(concurrency, requested, started, f"cannot run {plan.python}: {exc}"), None
+    timed_out = threading.Event()
+    timer = _start_timer(proc, plan.level_timeout_s, timed_out)
+    tail: list[str] = []
+    try:
+        with open(log_path, "w", encoding="utf-8") as log:
+            log.write("$ " + " ".join(command) + "\n")
+            for line in proc.stdout:  # type: ignore[union-attr]
+                log.write(line)
+                tail = (tail + [line.rstrip()])[-20:]
+                if MEASURED_RUN_STARTS in line and windows.start_measured() and on_measuring:
+                    on_measuring()
+                elif MEASURED_RUN_ENDS in line:
+                    windows.end_measured()
+        returncode = proc.wait()
+    except BaseException:
+        _kill_group(proc)
+        windows.abandon()
+        raise
+    finally:
+        if timer:
+            timer.cancel()
+    stats, scope = windows.finish()
+    raw_line = _read_line(output_file)
+    metrics, error = None, None
+    if raw_line is not None:
+        try:
+            metrics = parse_bench_line(raw_line)
+        except BenchLineError as exc:
+            error = f"bench_serving wrote an unreadable result: {exc}"
+    if timed_out.is_set():
+        error = f"bench_serving did not finish within {plan.level_timeout_s:.0f} s and was stopped"
+    elif returncode != 0:
+        error = f"bench_serving exited with status {returncode}: {_last_error_line(tail)}"
+    elif metrics is None and error is None:
+        error = f"bench_serving wrote no result line: {_last_error_line(tail)}"
+    elif metrics is not None and metrics.completed < requested:
+        error = f"only {metrics.completed} of {requested} requests completed"
+    telemetry = (
+        level_telemetry(
+            stats,
+            metrics.total_output_tokens if metrics else None,
+            metrics.total_input_tokens if metrics else None,
+        )
+        if stats is not None
+        else unavailable(windows.reason)
+    )
+    result = LevelResult(
+        concurrency=concurrency,
+        requested=requested,
+        metrics=metrics,
+        telemetry=telemetry,
+        returncode=returncode,
+        wall_s=time.monotonic() - started,
+        window_scope=scope,
+        error=error,
+        log_file=str(log_path.relative_to(run_dir)),
+    )
+    return result, raw_line
+
+
+def run_ladder(
+    plan: BenchPlan,
+    run_dir: Path,
+    sampler: WindowSampler | None = None,
+    on_progress: ProgressCallback | None = None,
+    no_telemetry_reason: str = "no telemetry sampler",
+) -> tuple[list[LevelResult], str | None]:
+    """Every level in order; stops at the first failure. Returns (levels, stopped_reason)."""
+    emit = on_progress or (lambda event: None)
+    total = len(plan.ladder)
+    levels: list[LevelResult] = []
+    raw_path = run_dir / RAW_LINES_FILE
+    for index, concurrency in enumerate(plan.ladder):
+        healthy, why = server_health(plan)
+        if not healthy:
+            reason = f"server not healthy before concurrency {concurrency}: {why}"
+            emit(BenchEvent("stopped", concurrency, index, total, reason))
+            return levels, reason
+        prompts = plan.prompts_for(concurrency)
+        emit(
+            BenchEvent(
+                "level-start", concurrency, index, total,
+                f"benchmarking concurrency {concurrency} ({index + 1}/{total}), "
+                f"{prompts} prompts, warming up",
+            )
+        )  # fmt: skip
+
+        def measuring(c: int = concurrency, i: int = index) -> None:
+            emit(BenchEvent("measuring", c, i, total, f"benchmarking concurrency {c}: measuring"))
+
+        try:
+            level, raw_line = run_level(
+                plan, concurrency, run_dir, sampler, measuring, no_telemetry_reason
+            )
+        except KeyboardInterrupt:
+            reason = f"interrupted during concurrency {concurrency}"
+            emit(BenchEvent("stopped", concurrency, index, total, reason))
+            return levels, reason
+        if raw_line is not None:
+            _append_raw(raw_path, concurrency, raw_line)
+        levels.append(level)
+        emit(BenchEvent("level-done", concurrency, index, total, _done_message(level), level))
+        if not level.ok:
+            reason = f"stopped at concurrency {concurrency}: {level.error}"
+            emit(BenchEvent("stopped", concurrency, index, total, reason, level))
+            return levels, reason
+    emit(BenchEvent("finished", None, total, total, f"benchmark finished: {total} levels"))
+    return levels, None
+
+
+def server_health(plan: BenchPlan, timeout: float = HEALTH_TIMEOUT_S) -> tuple[bool, str]:
+    """GET /health (SGLang answers 200 when it can generate); (ok, why not)."""
+    request = urllib.request.Request(plan.base_url.rstrip("/") + "/health")
+    if plan.api_key:
+        request.add_header("Authorization", f"Bearer {plan.api_key}")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status == 200, f"HTTP {response.status}"
+    except urllib.error.HTTPError as exc:
+        return False, f"/health answered HTTP {exc.code}"
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        return False, f"cannot reach {plan.base_url}: {reason}"
+
+
+class _Windows:
+    """The telemetry window of one level: whole process at first, then the measured run."""
+
+    def __init__(self, sampler: WindowSampler | None, label: str, no_sampler_reason: str):
+        self.sampler = sampler
+        self.label = label
+        self.reason = no_sampler_reason if sampler is None else "no window"
+        self.current: Any = None
+        self.scope: str | None = None
+        self.stats: Any = None
+        if sampler is not None:
+            self.current = sampler.open_window(label + " (process)")
+            self.scope = "whole-process"
+
+    def start_measured(self) -> bool:
+        """Switch to the measured run's window; True the first time the run starts."""
+        if self.sampler is None:
+            self.scope = self.scope or "measured-run"
+            return True
+        if self.scope != "whole-process":
+            return False
+        self.sampler.close_window(self.current)
+        self.current = self.sampler.open_window(self.label)
+        self.scope = "measured-run"
+        return True
+
+    def end_measured(self) -> None:
+        if self.sampler is not None and self.current is not None and self.stats is None:
+            self.stats = self.sampler.close_window(self.current)
+            self.current = None
+
+    def finish(self) -> tuple[Any, str | None]:
+        if self.sampler is not None and self.current is not None:
+            self.stats = self.sampler.close_window(self.current)
+            self.current = None
+        return self.stats, self.scope
+
+    def abandon(self) -> None:
+        if self.sampler is not None and self.current is not None:
+            self.sampler.close_window(self.current)
+            self.current = None
+
+
+def _start_timer(proc: subprocess.Popen, limit: float | None, flag: threading.Event):
+    if not limit:
+        return None
+
+    def expire() -> None:
+        flag.set()
+        _kill_group(proc)
+
+    timer = threading.Timer(limit, expire)
+    timer.daemon = True
+    timer.start()
+    return timer
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=5)
+    except (ProcessLookupError, PermissionError):
+        return
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def _read_line(output_file: Path) -> str | None:
+    try:
+        return last_result_line(output_file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+
+
+def _append_raw(path: Path, concurrency: int, raw_line: str) -> None:
+    # The raw line as bench_serving wrote it; one per level, in ladder order.
+    with open(path, "a", encoding="utf-8") as out:
+        out.write(raw_line.rstrip("\n") + "\n")
+        out.flush()
+        os.fsync(out.fileno())
+
+
+def _last_error_line(tail: list[str]) -> str:
+    for line in reversed(tail):
+        text = line.strip()
+        if text and not text.startswith(("[transformers]", "Fail to set RLIMIT")):
+            return text[:300]
+    return "(no output)"
+
+
+def _failed(concurrency: int, requested: int, started: float, error: str) -> LevelResult:
+    return LevelResult(
+        concurrency=concurrency,
+        requested=requested,
+        metrics=None,
+        telemetry=unavailable("the level did not run"),
+        returncode=None,
+        wall_s=time.monotonic() - started,
+        error=error,
+    )
+
+
+def _done_message(level: LevelResult) -> str:
+    m = level.metrics
+    if m is None or m.total_throughput is None:
+        return f"concurrency {level.concurrency}: no result ({level.error})"
+    return (
+        f"concurrency {level.concurrency}: {m.total_throughput:,.0f} total tok/s, "
+        f"{level.completed}/{level.requested} completed"
+    )

@@ -1,0 +1,130 @@
+"""A whole benchmark run: results directory, telemetry, the ladder, verdicts, files."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from glm5svc.bench import provenance
+from glm5svc.bench.baselines import load_baseline
+from glm5svc.bench.outputs import write_results
+from glm5svc.bench.plan import BenchPlan
+from glm5svc.bench.results import BenchSummary
+from glm5svc.bench.runner import ProgressCallback, run_ladder
+from glm5svc.bench.verdicts import all_verdicts
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """Thresholds for the verdicts (config.benchmark) and the baseline to compare with."""
+
+    knee_gain_pct: float = 10.0
+    underused_power_share: float = 0.6
+    regression_threshold_pct: float = 5.0
+    baseline: str | None = None
+
+    @classmethod
+    def from_config(cls, config: Any, baseline: str | None = None) -> Judgement:
+        bench = config.benchmark
+        return cls(
+            knee_gain_pct=bench.knee_gain_pct,
+            underused_power_share=bench.underused_power_share,
+            regression_threshold_pct=bench.regression_threshold_pct,
+            baseline=baseline if baseline is not None else bench.baseline,
+        )
+
+
+def new_run_dir(results_root: Path, kind: str) -> Path:
+    """results_root/bench/<UTC timestamp>-<kind>, made unique."""
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    base = Path(results_root) / "bench"
+    for n in range(1000):
+        candidate = base / (f"{stamp}-{kind}" + (f"-{n}" if n else ""))
+        try:
+            candidate.mkdir(parents=True)
+            return candidate
+        except FileExistsError:
+            continue
+    raise RuntimeError(f"cannot make a new run directory under {base}")
+
+
+@contextlib.contextmanager
+def telemetry_sampler(sampler: Any = None, config: Any = None) -> Iterator[tuple[Any, str]]:
+    """(sampler to measure with, or None; "available" or why not). Starts one if not given,
+    and stops only what it started."""
+    if sampler is not None:
+        yield _usable(sampler)
+        return
+    if config is not None and not config.telemetry.enabled:
+        yield None, "disabled in the configuration (telemetry.enabled: false)"
+        return
+    try:
+        from glm5svc.telemetry import Sampler
+    except ImportError as exc:
+        yield None, f"telemetry module not importable: {exc}"
+        return
+    own = Sampler.from_config(config.telemetry) if config is not None else Sampler()
+    own.start()
+    try:
+        yield _usable(own)
+    finally:
+        own.stop()
+
+
+def _usable(sampler: Any) -> tuple[Any, str]:
+    if getattr(sampler, "available", True):
+        return sampler, "available"
+    snapshot = sampler.snapshot() if hasattr(sampler, "snapshot") else None
+    return None, (getattr(snapshot, "reason", None) or "NVML not available")
+
+
+def run_benchmark(
+    plan: BenchPlan,
+    results_root: Path,
+    judgement: Judgement,
+    *,
+    kind: str = "sweep",
+    sampler: Any = None,
+    config: Any = None,
+    on_progress: ProgressCallback | None = None,
+    run_dir: Path | None = None,
+) -> BenchSummary:
+    plan.validate()
+    baseline = load_baseline(judgement.baseline) if judgement.baseline else None
+    run_dir = Path(run_dir) if run_dir else new_run_dir(results_root, kind)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    started = datetime.now(UTC).isoformat(timespec="seconds")
+    with telemetry_sampler(sampler, config) as (measuring, telemetry_status):
+        facts = provenance.collect(plan.python, measuring or sampler, config)
+        levels, stopped = run_ladder(plan, run_dir, measuring, on_progress, telemetry_status)
+    summary = BenchSummary(
+        run_id=run_dir.name,
+        kind=kind,
+        started_at=started,
+        finished_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        plan=plan.describe(),
+        levels=levels,
+        stopped_reason=stopped,
+        telemetry_status=telemetry_status,
+        provenance=facts,
+        results_dir=str(run_dir),
+    )
+    summary.verdicts = all_verdicts(
+        levels,
+        judgement.knee_gain_pct,
+        judgement.underused_power_share,
+        baseline,
+        judgement.regression_threshold_pct,
+    )
+    summary.verdicts["judgement"] = {
+        "knee_gain_pct": judgement.knee_gain_pct,
+        "underused_power_share": judgement.underused_power_share,
+        "regression_threshold_pct": judgement.regression_threshold_pct,
+        "baseline": judgement.baseline,
+    }
+    write_results(summary, run_dir)
+    return summary

@@ -1,0 +1,188 @@
+"""What a ladder means: the knee, whether the GPUs are under-used, and any regression."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from glm5svc.bench.results import LevelResult
+
+# Compared with a baseline, in this order; a drop beyond the threshold is a regression.
+COMPARED_METRICS = (
+    ("total_throughput", "total tok/s"),
+    ("output_throughput", "output tok/s"),
+    ("request_throughput", "req/s"),
+    ("peak_output_throughput", "peak output tok/s"),
+)
+
+
+def _measured(levels: list[LevelResult]) -> list[LevelResult]:
+    return sorted(
+        (lv for lv in levels if lv.metrics and lv.metrics.total_throughput),
+        key=lambda lv: lv.concurrency,
+    )
+
+
+def _latency(level: LevelResult) -> float | None:
+    m = level.metrics
+    if m is None:
+        return None
+    # The mean, not the median: queueing past the knee shows first in the slower requests.
+    return m.latency("e2e_latency", "mean") or m.latency("e2e_latency", "median")
+
+
+def find_knee(levels: list[LevelResult], knee_gain_pct: float) -> dict[str, Any]:
+    """The first level after which more concurrency adds < knee_gain_pct throughput while
+    mean end-to-end latency still rises: past it, load only buys queueing."""
+    measured = _measured(levels)
+    steps = []
+    for low, high in zip(measured, measured[1:], strict=False):
+        t_low, t_high = low.metrics.total_throughput, high.metrics.total_throughput  # type: ignore[union-attr]
+        gain = (t_high / t_low - 1) * 100
+        lat_low, lat_high = _latency(low), _latency(high)
+        latency_change = (lat_high / lat_low - 1) * 100 if lat_low and lat_high else None
+        steps.append(
+            {
+                "from": low.concurrency,
+                "to": high.concurrency,
+                "throughput_gain_pct": gain,
+                "latency_change_pct": latency_change,
+            }
+        )
+        if gain < knee_gain_pct and latency_change is not None and latency_change > 0:
+            return {
+                "found": True,
+                "concurrency": low.concurrency,
+                "total_throughput": t_low,
+                "next_concurrency": high.concurrency,
+                "throughput_gain_pct": gain,
+                "latency_change_pct": latency_change,
+                "knee_gain_pct": knee_gain_pct,
+                "steps": steps,
+                "text": (
+                    f"knee at concurrency {low.concurrency}: going to {high.concurrency} adds "
+                    f"{gain:+.1f}% throughput (< {knee_gain_pct:g}%) while mean E2E latency "
+                    f"changes {latency_change:+.1f}%"
+                ),
+            }
+    if len(measured) < 2:
+        text = "no knee: fewer than two measured levels"
+    else:
+        text = (
+            f"no knee within the ladder: throughput still gains >= {knee_gain_pct:g}% "
+            f"per step up to concurrency {measured[-1].concurrency} (or latency stopped rising)"
+        )
+    return {
+        "found": False,
+        "concurrency": None,
+        "knee_gain_pct": knee_gain_pct,
+        "steps": steps,
+        "text": text,
+    }
+
+
+def best_level(levels: list[LevelResult]) -> LevelResult | None:
+    measured = _measured(levels)
+    return max(measured, key=lambda lv: lv.metrics.total_throughput) if measured else None  # type: ignore[union-attr]
+
+
+def gpus_underused(levels: list[LevelResult], threshold_share: float) -> dict[str, Any]:
+    """At the best level, is average power well under the limit? (The reference operator's
+    signal: 83-250 W of 600 W at 3,740 tok/s meant the hardware was not the bottleneck.)"""
+    best = best_level(levels)
+    base = {"threshold_share": threshold_share, "underused": None}
+    if best is None:
+        return {**base, "best_concurrency": None, "text": "unknown: no measured level"}
+    share = best.telemetry.mean_power_share
+    peak_gpu_share = best.telemetry.max_power_share
+    found = {**base, "best_concurrency": best.concurrency, "mean_power_share": share}
+    if share is None:
+        why = best.telemetry.reason or "no power figures"
+        return {**found, "text": f"unknown: no GPU power at the best level ({why})"}
+    underused = share < threshold_share
+    verdict = "GPUs under-used" if underused else "GPUs busy"
+    return {
+        **found,
+        "underused": underused,
+        "max_gpu_power_share": peak_gpu_share,
+        "text": (
+            f"{verdict}: at the best level (concurrency {best.concurrency}) the GPUs averaged "
+            f"{share:.0%} of their power limit (threshold {threshold_share:.0%})"
+        ),
+    }
+
+
+def compare_with_baseline(
+    levels: list[LevelResult], baseline: dict[str, Any], threshold_pct: float
+) -> dict[str, Any]:
+    """Per level and metric present on both sides: percent change; regression = a drop of
+    more than threshold_pct. Levels the baseline has no figure for are listed, not failed."""
+    rows = []
+    base_levels: dict[str, dict[str, float]] = baseline.get("levels", {})
+    missing = []
+    for level in sorted(levels, key=lambda lv: lv.concurrency):
+        reference = base_levels.get(str(level.concurrency))
+        if not reference:
+            missing.append(level.concurrency)
+            continue
+        if level.metrics is None:
+            continue
+        for key, label in COMPARED_METRICS:
+            current, expected = getattr(level.metrics, key), reference.get(key)
+            if current is None or not expected:
+                continue
+            change = (current / expected - 1) * 100
+            rows.append(
+                {
+                    "concurrency": level.concurrency,
+                    "metric": key,
+                    "label": label,
+                    "current": current,
+                    "baseline": expected,
+                    "change_pct": change,
+                    "regressed": change < -threshold_pct,
+                }
+            )
+    regressed_rows = [r for r in rows if r["regressed"]]
+    if not rows:
+        text = f"nothing to compare with baseline {baseline.get('name')!r} (no common level)"
+    elif regressed_rows:
+        worst = min(regressed_rows, key=lambda r: r["change_pct"])
+        text = (
+            f"below baseline {baseline.get('name')!r}: {len(regressed_rows)} figure(s) dropped "
+            f"more than {threshold_pct:g}%, worst {worst['label']} at concurrency "
+            f"{worst['concurrency']}: {worst['change_pct']:+.1f}%"
+        )
+    else:
+        text = f"within {threshold_pct:g}% of baseline {baseline.get('name')!r} or better"
+    return {
+        "name": baseline.get("name"),
+        "source": baseline.get("source"),
+        "threshold_pct": threshold_pct,
+        "regressed": bool(regressed_rows),
+        "compared_levels": sorted({r["concurrency"] for r in rows}),
+        "levels_without_baseline": missing,
+        "rows": rows,
+        "text": text,
+    }
+
+
+def all_verdicts(
+    levels: list[LevelResult],
+    knee_gain_pct: float,
+    underused_share: float,
+    baseline: dict[str, Any] | None,
+    regression_threshold_pct: float,
+) -> dict[str, Any]:
+    verdicts: dict[str, Any] = {
+        "knee": find_knee(levels, knee_gain_pct),
+        "underused": gpus_underused(levels, underused_share),
+    }
+    best = best_level(levels)
+    verdicts["best"] = (
+        {"concurrency": best.concurrency, "total_throughput": best.metrics.total_throughput}  # type: ignore[union-attr]
+        if best
+        else None
+    )
+    if baseline is not None:
+        verdicts["baseline"] = compare_with_baseline(levels, baseline, regression_threshold_pct)
+    return verdicts
