@@ -405,21 +405,27 @@ class Sampler:
                     if state.pcie_errors == 1:
                         log.warning("GPU %d: PCIe counters unreadable: %s", index, exc)
                     continue
-                t = self._clock()
-                if tx is not None:
-                    state.tx.update(tx, t)
-                if rx is not None:
-                    state.rx.update(rx, t)
+                self._fold_pcie(state, tx, rx)
+
+    def _fold_pcie(self, state: _GpuState, tx: int | None, rx: int | None) -> None:
+        t = self._clock()
+        if tx is not None:
+            state.tx.update(tx, t)
+        if rx is not None:
+            state.rx.update(rx, t)
 
     def sample_now(self) -> Snapshot:
         """Take one slow sample of every GPU, update open windows, publish the snapshot."""
         with self._sample_lock:
             raws = []
             for index in range(len(self._states)):
-                try:
-                    raw = self._source.read_sample(index)
-                except Exception as exc:  # noqa: BLE001
-                    raw = RawSample(errors={"sample": str(exc)})
+                # Under the PCIe lock: counters read here must be folded in read order.
+                with self._pcie_lock:
+                    try:
+                        raw = self._source.read_sample(index)
+                    except Exception as exc:  # noqa: BLE001
+                        raw = RawSample(errors={"sample": str(exc)})
+                    self._fold_pcie(self._states[index], raw.pcie_tx_raw, raw.pcie_rx_raw)
                 raws.append((raw, self._energy_now(index, raw)))
             t = self._clock()
             with self._lock:
