@@ -1,0 +1,150 @@
+#!/usr/bin/python
+# Copyright: glm5svc contributors. Apache-2.0.
+"""Read what decides GPU peer-to-peer speed on a PCIe-only host, and judge it."""
+
+from __future__ import annotations
+
+import re
+import shutil
+
+from ansible.module_utils.basic import AnsibleModule
+
+DOCUMENTATION = r"""
+---
+module: glm5_p2p_facts
+short_description: Report IOMMU, ACS and NVIDIA P2P state that slows or hangs NCCL
+description:
+  - Reads the kernel command line, the ACS control of PCIe bridges (C(lspci -vvv)) and, when
+    present, C(nvidia-smi topo -m) and C(nvidia-smi topo -p2p r); returns findings with fixes.
+  - Changes nothing.
+options:
+  cmdline_path:
+    description: Kernel command line file.
+    type: path
+    default: /proc/cmdline
+supports_check_mode: true
+"""
+
+RETURN = r"""
+findings:
+  description: Problems found, each with C(topic), C(problem) and C(fix).
+  returned: always
+  type: list
+cmdline:
+  description: The kernel command line.
+  returned: always
+  type: str
+acs_bridges:
+  description: PCI addresses of bridges with ACS source validation on.
+  returned: always
+  type: list
+topology:
+  description: Output of nvidia-smi topo -m ('' when not available).
+  returned: always
+  type: str
+p2p_read:
+  description: Output of nvidia-smi topo -p2p r ('' when not available).
+  returned: always
+  type: str
+"""
+
+IOMMU_ON = re.compile(r"\b(intel_iommu|amd_iommu)=on\b")
+DEVICE_HEADER = re.compile(r"^([0-9a-f]{4}:)?[0-9a-f]{2}:[0-9a-f]{2}\.[0-7] ")
+P2P_CELL_OK = {"OK", "X"}
+
+
+def iommu_findings(cmdline: str) -> list[dict]:
+    params = cmdline.split()
+    if "iommu=pt" in params or "intel_iommu=off" in params or "amd_iommu=off" in params:
+        return []
+    if IOMMU_ON.search(cmdline):
+        return [{
+            "topic": "iommu",
+            "problem": "IOMMU translation is on (" + " ".join(p for p in params if "iommu" in p)
+            + "): GPU peer-to-peer DMA is translated or redirected, which is slow or hangs NCCL",
+            "fix": "add iommu=pt to the kernel command line (LXC needs no VFIO): set "
+            "glm5_host_p2p_report_cmdline_add: [iommu=pt] and glm5_host_p2p_report_apply_cmdline: true",
+        }]
+    return []
+
+
+def acs_bridges(lspci: str) -> list[str]:
+    bridges, current = [], None
+    for line in lspci.splitlines():
+        if DEVICE_HEADER.match(line):
+            current = line.split(" ", 1)[0]
+        elif current and "ACSCtl:" in line and "SrcValid+" in line:
+            bridges.append(current)
+    return bridges
+
+
+def acs_findings(bridges: list[str]) -> list[dict]:
+    if not bridges:
+        return []
+    return [{
+        "topic": "acs",
+        "problem": f"ACS source validation is on at {len(bridges)} PCIe bridge(s) "
+        f"({', '.join(bridges[:8])}{' ...' if len(bridges) > 8 else ''}): peer-to-peer traffic "
+        "is sent up to the root complex (slow, or NCCL hangs)",
+        "fix": "disable ACS in the BIOS (PCIe ACS / ACS control), or clear it at each boot with "
+        "setpci -s <bridge> ECAP_ACS+0x6.w=0000 on these bridges",
+    }]
+
+
+def p2p_findings(table: str) -> list[dict]:
+    bad = sorted({cell for line in table.splitlines()[1:] for cell in line.split()[1:]
+                  if line.strip().startswith("GPU") and cell not in P2P_CELL_OK})
+    if not bad:
+        return []
+    return [{
+        "topic": "p2p",
+        "problem": "nvidia-smi topo -p2p r reports GPU pairs without peer-to-peer reads ("
+        + ", ".join(bad) + "; NS = not supported, CNS = chipset not supported)",
+        "fix": "fix IOMMU/ACS first; if P2P stays unsupported set NCCL_P2P_DISABLE=1 "
+        "so NCCL uses shared memory instead of hanging",
+    }]
+
+
+def topology_findings(matrix: str) -> list[dict]:
+    rows = [line.split() for line in matrix.splitlines() if re.match(r"^GPU\d+\s", line)]
+    gpus = len(rows)
+    links = {cell for row in rows for cell in row[1:gpus + 1] if cell != "X"}
+    if "SYS" in links:
+        return [{
+            "topic": "topology",
+            "problem": "some GPU pairs connect across CPU sockets (SYS): NCCL's default "
+            "NCCL_P2P_LEVEL=PXB does not use P2P for them",
+            "fix": "keep tensor-parallel groups within one socket, or set NCCL_P2P_LEVEL=SYS "
+            "if topo -p2p r reports OK for those pairs",
+        }]
+    return []
+
+
+def run(module: AnsibleModule, argv: list[str]) -> str:
+    if not shutil.which(argv[0]):
+        return ""
+    rc, out, _err = module.run_command(argv)
+    return out if rc == 0 else ""
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={"cmdline_path": {"type": "path", "default": "/proc/cmdline"}},
+        supports_check_mode=True,
+    )
+    try:
+        with open(module.params["cmdline_path"], encoding="utf-8") as handle:
+            cmdline = handle.read().strip()
+    except OSError as error:
+        module.fail_json(msg=f"cannot read the kernel command line: {error}")
+    bridges = acs_bridges(run(module, ["lspci", "-vvv"]))
+    topology = run(module, ["nvidia-smi", "topo", "-m"])
+    p2p = run(module, ["nvidia-smi", "topo", "-p2p", "r"])
+    findings = (iommu_findings(cmdline) + acs_findings(bridges) + p2p_findings(p2p)
+                + topology_findings(topology))
+    module.exit_json(changed=False, findings=findings, cmdline=cmdline, acs_bridges=bridges,
+                     topology=topology, p2p_read=p2p, lspci_available=bool(shutil.which("lspci")))
+
+
+if __name__ == "__main__":
+    main()
