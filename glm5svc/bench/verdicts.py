@@ -111,32 +111,47 @@ def gpus_underused(levels: list[LevelResult], threshold_share: float) -> dict[st
     }
 
 
+def level_figures(levels: list[LevelResult]) -> dict[str, dict[str, float]]:
+    """{"<concurrency>": {metric: value}} of the levels that have a result."""
+    figures = {}
+    for level in levels:
+        if level.metrics is None:
+            continue
+        values = {key: getattr(level.metrics, key) for key, _ in COMPARED_METRICS}
+        figures[str(level.concurrency)] = {k: v for k, v in values.items() if v is not None}
+    return figures
+
+
 def compare_with_baseline(
     levels: list[LevelResult], baseline: dict[str, Any], threshold_pct: float
 ) -> dict[str, Any]:
     """Per level and metric present on both sides: percent change; regression = a drop of
     more than threshold_pct. Levels the baseline has no figure for are listed, not failed."""
+    return compare_figures(level_figures(levels), baseline, threshold_pct)
+
+
+def compare_figures(
+    current: dict[str, dict[str, float]], baseline: dict[str, Any], threshold_pct: float
+) -> dict[str, Any]:
     rows = []
     base_levels: dict[str, dict[str, float]] = baseline.get("levels", {})
     missing = []
-    for level in sorted(levels, key=lambda lv: lv.concurrency):
-        reference = base_levels.get(str(level.concurrency))
+    for concurrency in sorted(current, key=int):
+        reference = base_levels.get(concurrency)
         if not reference:
-            missing.append(level.concurrency)
-            continue
-        if level.metrics is None:
+            missing.append(int(concurrency))
             continue
         for key, label in COMPARED_METRICS:
-            current, expected = getattr(level.metrics, key), reference.get(key)
-            if current is None or not expected:
+            value, expected = current[concurrency].get(key), reference.get(key)
+            if value is None or not expected:
                 continue
-            change = (current / expected - 1) * 100
+            change = (value / expected - 1) * 100
             rows.append(
                 {
-                    "concurrency": level.concurrency,
+                    "concurrency": int(concurrency),
                     "metric": key,
                     "label": label,
-                    "current": current,
+                    "current": value,
                     "baseline": expected,
                     "change_pct": change,
                     "regressed": change < -threshold_pct,

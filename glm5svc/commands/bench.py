@@ -1,0 +1,215 @@
+"""`glm5svc bench`: sglang.bench_serving over a concurrency ladder with GPU telemetry per
+level, the knee, under-use and a baseline comparison; `glm5svc bench compare A B`.
+
+Exit status: 0 done; 1 the ladder stopped early (server died, requests failed, bench_serving
+failed); 3 a regression against the baseline with --fail-on-regression; 78 bad config/flags.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from glm5svc.config import Config, load_config, resolve_config_path
+from glm5svc.errors import ConfigError
+
+EXIT_STOPPED = 1
+EXIT_REGRESSION = 3
+
+
+def _ladder(text: str) -> list[int]:
+    try:
+        values = [int(part) for part in text.replace(",", " ").split()]
+    except ValueError:
+        raise ValueError(f"not a list of integers: {text!r}") from None
+    return values
+
+
+def register(subparsers):
+    parser = subparsers.add_parser(
+        "bench",
+        help="benchmark the running server over a concurrency ladder (sglang.bench_serving)",
+        description=__doc__,
+    )
+    parser.add_argument("--ladder", nargs="+", metavar="N", help="concurrency levels (64 256 ..)")
+    parser.add_argument("--input-len", type=int, help="input tokens per prompt (fixed)")
+    parser.add_argument("--output-len", type=int, help="output tokens per request (fixed)")
+    parser.add_argument("--num-prompts", type=int, help="prompts per level (default: by level)")
+    parser.add_argument("--warmup-requests", type=int, help="warm-up requests before each level")
+    parser.add_argument("--base-url", help="server URL (default: from the config's server)")
+    parser.add_argument("--python", help="interpreter with sglang (default: server.python)")
+    parser.add_argument("--tokenizer", help="tokenizer directory (default: the model's)")
+    parser.add_argument("--model", help="served model name (default: model.served_name)")
+    parser.add_argument("--results-dir", help="where runs go (default: service.results_dir)")
+    parser.add_argument(
+        "--baseline", help="shipped baseline name, run directory or file; 'none' for no comparison"
+    )
+    parser.add_argument("--level-timeout", type=float, help="seconds one level may take")
+    parser.add_argument(
+        "--fail-on-regression", action="store_true", help="exit 3 when below the baseline"
+    )
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    parser.set_defaults(func=run)
+    sub = parser.add_subparsers(dest="bench_action", metavar="ACTION")
+    compare = sub.add_parser("compare", help="compare run A with run or baseline B")
+    compare.add_argument("a", help="run directory, summary.json or shipped baseline name")
+    compare.add_argument("b", help="run directory, summary.json or shipped baseline name")
+    compare.add_argument("--threshold", type=float, help="regression threshold in percent")
+    compare.add_argument("--fail-on-regression", action="store_true")
+    compare.add_argument("--json", action="store_true")
+    compare.set_defaults(func=run_compare)
+    return parser
+
+
+def _config(args) -> Config:
+    """The config file; its defaults when no file exists and none was asked for."""
+    try:
+        return load_config(args.config)
+    except ConfigError:
+        if args.config or not _missing(resolve_config_path(None)):
+            raise
+        return Config()
+
+
+def _missing(path: Path) -> bool:
+    return not path.exists()
+
+
+def run(args) -> int:
+    from glm5svc.bench import Judgement, plan_from_config, run_benchmark
+
+    config = _config(args)
+    try:
+        ladder = [n for part in args.ladder for n in _ladder(part)] if args.ladder else None
+    except ValueError as exc:
+        raise ConfigError(f"--ladder: {exc}") from None
+    plan = plan_from_config(
+        config,
+        ladder=ladder,
+        input_len=args.input_len,
+        output_len=args.output_len,
+        num_prompts=args.num_prompts,
+        warmup_requests=args.warmup_requests,
+        base_url=args.base_url,
+        python=args.python,
+        tokenizer=args.tokenizer,
+        model=args.model,
+        level_timeout_s=args.level_timeout,
+    )
+    baseline = args.baseline
+    judgement = Judgement.from_config(config, baseline="" if baseline == "none" else baseline)
+    results_root = Path(args.results_dir) if args.results_dir else config.service.results_dir
+    with _Progress(enabled=not args.json) as progress:
+        summary = run_benchmark(
+            plan, results_root, judgement, config=config, on_progress=progress.update
+        )
+    if args.json:
+        print(json.dumps(summary.to_dict(), indent=2))
+    else:
+        _print_report(summary)
+    if summary.stopped_reason:
+        return EXIT_STOPPED
+    if args.fail_on_regression and summary.below_baseline:
+        return EXIT_REGRESSION
+    return 0
+
+
+def _print_report(summary) -> None:
+    from rich.console import Console
+
+    from glm5svc.bench.outputs import render_table, verdict_lines
+
+    console = Console(width=None if sys.stdout.isatty() else 160)
+    console.print(render_table(summary))
+    for line in verdict_lines(summary):
+        console.print(line, highlight=False)
+
+
+class _Progress:
+    """A rich progress bar over the ladder on stderr, with the current phase."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self.progress = None
+        self.task = None
+
+    def __enter__(self) -> _Progress:
+        if self.enabled:
+            from rich.console import Console
+            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self.progress = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                TextColumn("{task.completed}/{task.total} levels"),
+                TimeElapsedColumn(),
+                console=Console(stderr=True),
+                transient=False,
+            )
+            self.progress.start()
+        return self
+
+    def update(self, event) -> None:
+        if self.progress is None:
+            return
+        if self.task is None:
+            self.task = self.progress.add_task("starting", total=event.total)
+        if event.kind == "level-done":
+            self.progress.advance(self.task)
+            self.progress.console.print(event.message, highlight=False)
+        self.progress.update(self.task, description=event.message)
+
+    def __exit__(self, *exc) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+
+
+def run_compare(args) -> int:
+    from glm5svc.bench.baselines import load_baseline
+    from glm5svc.bench.verdicts import compare_figures
+
+    current = load_baseline(args.a)
+    baseline = load_baseline(args.b)
+    threshold = args.threshold
+    if threshold is None:
+        threshold = _config(args).benchmark.regression_threshold_pct
+    figures = {c: _numbers(f) for c, f in current["levels"].items()}
+    comparison = compare_figures(figures, baseline, threshold)
+    comparison["current"] = current.get("name")
+    if args.json:
+        print(json.dumps(comparison, indent=2))
+    else:
+        _print_comparison(comparison)
+    if args.fail_on_regression and comparison["regressed"]:
+        return EXIT_REGRESSION
+    return 0
+
+
+def _numbers(figures: dict) -> dict:
+    return {k: v for k, v in figures.items() if type(v) in (int, float)}
+
+
+def _print_comparison(comparison: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{comparison['current']} vs {comparison['name']}", title_justify="left")
+    for name in ("conc", "metric", "A", "B", "change"):
+        table.add_column(name, justify="right")
+    for row in comparison["rows"]:
+        change = f"{row['change_pct']:+.1f}%"
+        table.add_row(
+            str(row["concurrency"]),
+            row["label"],
+            f"{row['current']:,.2f}",
+            f"{row['baseline']:,.2f}",
+            f"[red]{change}[/red]" if row["regressed"] else change,
+        )
+    console = Console(width=None if sys.stdout.isatty() else 160)
+    console.print(table)
+    console.print(comparison["text"], highlight=False)
+    if comparison["levels_without_baseline"]:
+        missing = ", ".join(map(str, comparison["levels_without_baseline"]))
+        console.print(f"no figure in B for concurrency {missing}", highlight=False)
+    sys.stdout.flush()
