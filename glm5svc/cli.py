@@ -11,6 +11,7 @@ from glm5svc.errors import Glm5Error
 
 # Each module defines register(subparsers) -> parser with set_defaults(func=run).
 COMMAND_MODULES = [
+    "bench",
     "command",
     "patch",
     "preflight",
