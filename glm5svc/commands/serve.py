@@ -118,8 +118,9 @@ def _start_listener(config, supervisor, sink) -> HealthListener:
     sampler = _telemetry_sampler(config, sink)
     registry = build_registry(supervisor.state, sampler)
     try:
-        listener = HealthListener(supervisor.state, registry, service.listen_host,
-                                  service.listen_port)
+        listener = HealthListener(
+            supervisor.state, registry, service.listen_host, service.listen_port
+        )
     except OSError as exc:
         raise Glm5Error(
             f"cannot listen on {service.listen_host}:{service.listen_port} for /livez /readyz "

@@ -13,8 +13,14 @@ from glm5svc.serve.state import SupervisorState
 
 
 class HealthListener:
-    def __init__(self, state: SupervisorState, registry, host: str, port: int,
-                 loop_stale_after_s: float = 30.0):
+    def __init__(
+        self,
+        state: SupervisorState,
+        registry,
+        host: str,
+        port: int,
+        loop_stale_after_s: float = 30.0,
+    ):
         self.state = state
         self.registry = registry
         self.loop_heartbeat = time.monotonic()
@@ -22,8 +28,9 @@ class HealthListener:
         handler = _make_handler(self)
         self.server = ThreadingHTTPServer((host, port), handler)
         self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, name="health-listener",
-                                       daemon=True)
+        self.thread = threading.Thread(
+            target=self.server.serve_forever, name="health-listener", daemon=True
+        )
 
     @property
     def address(self) -> tuple[str, int]:

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 
-class Phase(str, Enum):
+class Phase(StrEnum):
     STARTING = "starting"
     LOADING = "loading weights"
     AUTOTUNE = "autotune"
@@ -33,7 +33,10 @@ STARTUP_ORDER = [Phase.STARTING, Phase.LOADING, Phase.AUTOTUNE, Phase.WARMUP, Ph
 PRIORITY_ERR, PRIORITY_WARNING, PRIORITY_INFO, PRIORITY_DEBUG = 3, 4, 6, 7
 
 _PHASE_MARKERS: list[tuple[re.Pattern[str], Phase]] = [
-    (re.compile(r"Load weight begin|Loading safetensors checkpoint shards|loading shards"), Phase.LOADING),
+    (
+        re.compile(r"Load weight begin|Loading safetensors checkpoint shards|loading shards"),
+        Phase.LOADING,
+    ),
     (re.compile(r"FlashInfer autotune|[Aa]utotun(e|ing)"), Phase.AUTOTUNE),
     (
         re.compile(

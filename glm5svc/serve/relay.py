@@ -48,8 +48,11 @@ class JournalSink:
         self.engine_pid = engine_pid_getter
 
     def engine_line(self, info: LineInfo, phase: str) -> None:
-        fields = {"PRIORITY": str(info.priority), "SYSLOG_IDENTIFIER": "sglang",
-                  "GLM5_PHASE": phase}
+        fields = {
+            "PRIORITY": str(info.priority),
+            "SYSLOG_IDENTIFIER": "sglang",
+            "GLM5_PHASE": phase,
+        }
         if info.rank is not None:
             fields["GLM5_RANK"] = str(info.rank)
         pid = self.engine_pid()
@@ -58,8 +61,12 @@ class JournalSink:
         _journal.send(info.text, **fields)
 
     def message(self, text: str, priority: int = PRIORITY_INFO, **fields: str) -> None:
-        _journal.send(text, PRIORITY=str(priority), SYSLOG_IDENTIFIER="glm5svc",
-                      **{k.upper(): str(v) for k, v in fields.items()})
+        _journal.send(
+            text,
+            PRIORITY=str(priority),
+            SYSLOG_IDENTIFIER="glm5svc",
+            **{k.upper(): str(v) for k, v in fields.items()},
+        )
 
 
 def choose_sink(engine_pid_getter: Callable[[], int | None]):
@@ -80,8 +87,13 @@ def choose_sink(engine_pid_getter: Callable[[], int | None]):
 class OutputReader:
     """Reads the server's merged stdout/stderr; tqdm's carriage returns end lines too."""
 
-    def __init__(self, fd: int, on_line: Callable[[str], None], on_eof: Callable[[], None],
-                 keep_lines: int = 4000):
+    def __init__(
+        self,
+        fd: int,
+        on_line: Callable[[str], None],
+        on_eof: Callable[[], None],
+        keep_lines: int = 4000,
+    ):
         self.fd = fd
         self.on_line = on_line
         self.on_eof = on_eof

@@ -118,7 +118,8 @@ class Supervisor:
             self.state.engine_pid = pid
             self.state.engine_started_mono = now
             self.state.engine_starts += 1
-        self.log(f"started the server, pid {pid} (process group {pid}): {' '.join(self.engine.argv)}")
+        command = " ".join(self.engine.argv)
+        self.log(f"started the server, pid {pid} (process group {pid}): {command}")
         self._progress(now, "starting the server", force=True)
         self.reader = OutputReader(self.engine.stdout_fd, self._on_line, self._on_eof)
         self.reader.start()
@@ -192,10 +193,14 @@ class Supervisor:
             self.state.last_error = None
         self._set_phase(Phase.SERVING, "serving")
         self.notifier.ready(f"serving (ready after {self.state.startup_seconds:.1f} s)")
-        self.log(f"ready after {self.state.startup_seconds:.1f} s: {health.detail}; {generation.detail}")
+        checks = f"{health.detail}; {generation.detail}"
+        self.log(f"ready after {self.state.startup_seconds:.1f} s: {checks}")
         self._timers.next_probe = now + self.service.probe_interval_s
         if self.post_ready_hook is not None:
-            threading.Thread(target=self._run_post_ready_hook, name="post-ready", daemon=True).start()
+            hook = threading.Thread(
+                target=self._run_post_ready_hook, name="post-ready", daemon=True
+            )
+            hook.start()
 
     # ----- serving -----------------------------------------------------------------
 
@@ -236,8 +241,9 @@ class Supervisor:
             self.state.benchmark_running = True
         self._set_phase(Phase.BENCHMARKING, "benchmarking (post-start)")
         self.notifier.status("benchmarking (post-start)")
-        context = PostReadyContext(self.config, self.client.base_url, self.state,
-                                   self.stop_requested, self.log)
+        context = PostReadyContext(
+            self.config, self.client.base_url, self.state, self.stop_requested, self.log
+        )
         try:
             result = self.post_ready_hook(context)
         except Exception as exc:  # a failed benchmark must not take the service down
@@ -309,9 +315,12 @@ class Supervisor:
     def _give_up(self, reason: str) -> int:
         result = self.engine.kill_now()
         diagnoses = diagnose(self.reader.tail if self.reader else [])
-        return self._fail(f"giving up: {reason} (server {result})", diagnoses,
-                          exit_status_for(diagnoses) if diagnoses else EXIT_ENGINE_FAILED,
-                          self.engine.poll())
+        return self._fail(
+            f"giving up: {reason} (server {result})",
+            diagnoses,
+            exit_status_for(diagnoses) if diagnoses else EXIT_ENGINE_FAILED,
+            self.engine.poll(),
+        )
 
     def _fail(self, message: str, diagnoses, status: int, engine_code) -> int:
         leftover = self.engine.kill_now()  # TGI's rule: one part gone, tear down all
@@ -326,8 +335,10 @@ class Supervisor:
         for d in diagnoses:
             self.log(d.render(), PRIORITY_ERR)
         if not diagnoses:
-            self.log("diagnosis: no known failure signature in the server log; see the lines "
-                     "above", PRIORITY_ERR)
+            self.log(
+                "diagnosis: no known failure signature in the server log; see the lines above",
+                PRIORITY_ERR,
+            )
         if leftover != "drained":
             self.log(f"server process group: {leftover}")
         self._write_last_run(status, message)
@@ -343,8 +354,10 @@ class Supervisor:
             self.state.ready = False
         self._set_phase(Phase.DRAINING, f"draining (up to {drain:g} s)")
         self.notifier.stopping(f"draining (up to {drain:g} s)")
-        self.log(f"received {signal.Signals(sig).name}: stopping the server "
-                 f"(SIGTERM to its group, SIGKILL after {drain:g} s)")
+        self.log(
+            f"received {signal.Signals(sig).name}: stopping the server "
+            f"(SIGTERM to its group, SIGKILL after {drain:g} s)"
+        )
         result = self.engine.stop(drain)
         self.output_closed.wait(2.0)
         code = self.engine.poll()

@@ -139,11 +139,14 @@ class ServeProcess:
             if value:
                 return value
             if self.proc.poll() is not None:
-                raise AssertionError(f"serve exited ({self.proc.returncode}) waiting for {what}:\n"
-                                     f"{self.output[-4000:]}")
+                raise AssertionError(
+                    f"serve exited ({self.proc.returncode}) waiting for {what}:\n"
+                    f"{self.output[-4000:]}"
+                )
             time.sleep(0.05)
-        raise AssertionError(f"timed out after {timeout} s waiting for {what}:\n"
-                             f"{self.output[-4000:]}")
+        raise AssertionError(
+            f"timed out after {timeout} s waiting for {what}:\n{self.output[-4000:]}"
+        )
 
     def wait_ready(self, timeout: float = 30.0) -> dict:
         return self.wait_for(lambda: (s := self.status()).get("ready") and s, timeout, "ready")
@@ -152,8 +155,9 @@ class ServeProcess:
         try:
             code = self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
-            raise AssertionError(f"serve still running after {timeout} s:\n"
-                                 f"{self.output[-4000:]}") from None
+            raise AssertionError(
+                f"serve still running after {timeout} s:\n{self.output[-4000:]}"
+            ) from None
         self.reader.join(5)
         return code
 

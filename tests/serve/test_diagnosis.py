@@ -56,8 +56,11 @@ def test_every_signature_has_excerpts():
     ("signature", "line"), [(sig, line) for sig, lines in EXCERPTS.items() for line in lines]
 )
 def test_excerpt_is_diagnosed(signature, line):
-    log = ["[2026-01-10 10:00:00 TP0] Load weight begin. avail mem=94.12 GB", line,
-           "[2026-01-10 10:01:03] Received sigquit from a child process."]
+    log = [
+        "[2026-01-10 10:00:00 TP0] Load weight begin. avail mem=94.12 GB",
+        line,
+        "[2026-01-10 10:01:03] Received sigquit from a child process.",
+    ]
     found = diagnose(log)
     assert [d.signature.id for d in found][:1] == [signature]
     assert found[0].evidence == line.strip()
@@ -70,8 +73,8 @@ def test_healthy_log_has_no_diagnosis():
         "[2026-01-10 10:00:00] server_args=ServerArgs(enable_nan_detection=False, "
         "disable_shared_experts_fusion=True, nccl_port=None)",
         "Loading safetensors checkpoint shards:  45% Completed | 36/80 [01:02<01:16,  1.70s/it]",
-        "[2026-01-10 10:05:00 TP0] Load weight end. type=GlmMoeDsaForCausalLM, dtype=torch.bfloat16,"
-        " avail mem=40.87 GB, mem usage=53.25 GB.",
+        "[2026-01-10 10:05:00 TP0] Load weight end. type=GlmMoeDsaForCausalLM, "
+        "dtype=torch.bfloat16, avail mem=40.87 GB, mem usage=53.25 GB.",
         "NVML library version: 580.95",
         "[2026-01-10 10:09:00] The server is fired up and ready to roll!",
     ]

@@ -17,7 +17,8 @@ from glm5svc.serve.state import EngineHealth
 
 def test_loading_progress_bar():
     info = parse_line(
-        "Loading safetensors checkpoint shards:  45% Completed | 36/80 [01:02<01:16,  1.70s/it]")
+        "Loading safetensors checkpoint shards:  45% Completed | 36/80 [01:02<01:16,  1.70s/it]"
+    )
     assert info.phase is Phase.LOADING and info.load_percent == 45
 
 
@@ -34,8 +35,9 @@ def test_phase_markers_and_ranks():
 
 
 def test_argument_dump_opens_no_phase():
-    info = parse_line("[2026] server_args=ServerArgs(skip_server_warmup=False, "
-                      "disable_flashinfer_autotune=False)")
+    info = parse_line(
+        "[2026] server_args=ServerArgs(skip_server_warmup=False, disable_flashinfer_autotune=False)"
+    )
     assert info.phase is None
 
 
@@ -57,8 +59,10 @@ def test_slow_probe_with_engine_progress_is_not_wedged():
     health.record_counters({"sglang:generation_tokens_total": 100.0}, now=0.0)
     health.record_probe(True, "ok", now=0.0)
     for t in range(1, 30):  # every probe times out during a long prefill, tokens still flow
-        health.record_counters({"sglang:prompt_tokens_total": 1000.0 * t,
-                                "sglang:generation_tokens_total": 100.0}, now=float(t))
+        health.record_counters(
+            {"sglang:prompt_tokens_total": 1000.0 * t, "sglang:generation_tokens_total": 100.0},
+            now=float(t),
+        )
         health.record_probe(False, "timed out", now=float(t))
         assert not health.wedged(now=float(t))
 
@@ -77,13 +81,17 @@ def test_failing_probes_without_progress_is_wedged_after_the_window():
 
 
 def test_parse_progress_counters_sums_label_sets():
-    text = ('# TYPE sglang:generation_tokens_total counter\n'
-            'sglang:generation_tokens_total{model_name="glm-5"} 10.0\n'
-            'sglang:generation_tokens_total{model_name="other"} 5.0\n'
-            'sglang:num_running_reqs{model_name="glm-5"} 3.0\n'
-            'sglang:gen_throughput{model_name="glm-5"} 99.0\n')
-    assert parse_progress_counters(text) == {"sglang:generation_tokens_total": 15.0,
-                                             "sglang:num_running_reqs": 3.0}
+    text = (
+        "# TYPE sglang:generation_tokens_total counter\n"
+        'sglang:generation_tokens_total{model_name="glm-5"} 10.0\n'
+        'sglang:generation_tokens_total{model_name="other"} 5.0\n'
+        'sglang:num_running_reqs{model_name="glm-5"} 3.0\n'
+        'sglang:gen_throughput{model_name="glm-5"} 99.0\n'
+    )
+    assert parse_progress_counters(text) == {
+        "sglang:generation_tokens_total": 15.0,
+        "sglang:num_running_reqs": 3.0,
+    }
 
 
 def test_child_environment_drops_notify_and_watchdog():

@@ -50,12 +50,18 @@ def test_engine_ignoring_sigterm_is_killed_after_the_drain_time(serve):
 
 
 def test_wedged_engine_turns_not_ready_and_watchdog_pings_stop(serve, notify_socket):
-    process = serve("load=0.2,wedge-after=1", watchdog_usec=400_000, wedge_window_s=1.5,
-                    probe_interval_s=0.3, probe_timeout_s=0.5)
+    process = serve(
+        "load=0.2,wedge-after=1",
+        watchdog_usec=400_000,
+        wedge_window_s=1.5,
+        probe_interval_s=0.3,
+        probe_timeout_s=0.5,
+    )
     process.wait_ready()
     assert process.get("/readyz")[0] == 200
     code, body = process.wait_for(
-        lambda: (r := process.get("/readyz"))[0] == 503 and r, 15, "readyz 503")
+        lambda: (r := process.get("/readyz"))[0] == 503 and r, 15, "readyz 503"
+    )
     assert "wedged" in body
     wedged_at = time.monotonic()
     time.sleep(1.0)  # more than two watchdog intervals

@@ -18,8 +18,15 @@ def test_notify_sequence_from_start_to_stop(serve, notify_socket):
     sent = notify_socket.assignments()
     statuses = [a.removeprefix("STATUS=") for a in sent if a.startswith("STATUS=")]
     # Phases in the order the log reveals them, then the checks, then stopping.
-    expected = ["starting", "loading weights", "autotune", "warm-up",
-                "checking one real generation", "serving", "draining"]
+    expected = [
+        "starting",
+        "loading weights",
+        "autotune",
+        "warm-up",
+        "checking one real generation",
+        "serving",
+        "draining",
+    ]
     positions = [next(i for i, s in enumerate(statuses) if s.startswith(p)) for p in expected]
     assert positions == sorted(positions), statuses
     assert any(re.fullmatch(r"loading weights [1-9]\d?%", s) for s in statuses), statuses
@@ -64,8 +71,10 @@ def test_stalled_load_gives_up_with_a_clear_message(serve, notify_socket):
     elapsed = time.monotonic() - started
     assert code == 1
     assert elapsed < 1.5 + 5  # the stall limit plus start-up and teardown margin
-    assert re.search(r"giving up: start-up made no progress for \d+ s "
-                     r"\(service.load_stall_timeout_s = 1.5\) in phase 'loading weights'",
-                     process.output)
+    assert re.search(
+        r"giving up: start-up made no progress for \d+ s "
+        r"\(service.load_stall_timeout_s = 1.5\) in phase 'loading weights'",
+        process.output,
+    )
     assert "READY=1" not in notify_socket.assignments()
     assert any(a.startswith("STATUS=failed: giving up") for a in notify_socket.assignments())

@@ -11,7 +11,10 @@ from tests.serve.conftest import REPO
 def run_status(config_path, *args):
     return subprocess.run(
         [sys.executable, "-m", "glm5svc", "--config", str(config_path), "status", *args],
-        capture_output=True, text=True, cwd=REPO, timeout=30,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=30,
     )
 
 

@@ -45,8 +45,10 @@ def test_unit_settings():
     assert seconds(service["WatchdogSec"]) >= 2 * ServiceSection().probe_timeout_s
     assert "nvidia-persistenced.service" in unit["Unit"]["After"]
     # The start limit must span several GLM-5 loads (each many minutes).
-    interval, burst = seconds(unit["Unit"]["StartLimitIntervalSec"]), int(
-        unit["Unit"]["StartLimitBurst"])
+    interval, burst = (
+        seconds(unit["Unit"]["StartLimitIntervalSec"]),
+        int(unit["Unit"]["StartLimitBurst"]),
+    )
     assert interval >= burst * (seconds(service["RestartSec"]) + 15 * 60)
 
 
@@ -59,7 +61,8 @@ def test_systemd_analyze_verify(tmp_path):
     text = UNIT.read_text().replace("/opt/glm5/venv/bin/glm5svc", str(program))
     unit = tmp_path / "glm5.service"
     unit.write_text(text)
-    result = subprocess.run([analyze, "verify", str(unit)], capture_output=True, text=True,
-                            timeout=60)
+    result = subprocess.run(
+        [analyze, "verify", str(unit)], capture_output=True, text=True, timeout=60
+    )
     problems = [line for line in result.stderr.splitlines() if "glm5.service" in line]
     assert result.returncode == 0 and not problems, result.stderr

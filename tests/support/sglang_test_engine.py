@@ -287,8 +287,9 @@ class Server:
         if "hang" in self.mode and self.ready:
             return True
         after = self.mode.get("wedge-after")
-        return bool(after and self.serving_since and time.monotonic() - self.serving_since
-                    >= float(after))
+        return bool(
+            after and self.serving_since and time.monotonic() - self.serving_since >= float(after)
+        )
 
     async def watch_wedge(self) -> None:
         while True:
@@ -358,30 +359,44 @@ class Server:
         }
 
     async def server_info(self, request):
-        return web.json_response({
-            "model_path": self.args.model_path,
-            "served_model_name": self.served_name,
-            "tp_size": self.args.tp_size or 1,
-            "max_running_requests": self.args.max_running_requests,
-            "context_length": self.args.context_length,
-            "version": "0.5.10.post1-test-engine",
-            "internal_states": [{"last_gen_throughput": self.engine.last_gen_throughput}],
-        })
+        return web.json_response(
+            {
+                "model_path": self.args.model_path,
+                "served_model_name": self.served_name,
+                "tp_size": self.args.tp_size or 1,
+                "max_running_requests": self.args.max_running_requests,
+                "context_length": self.args.context_length,
+                "version": "0.5.10.post1-test-engine",
+                "internal_states": [{"last_gen_throughput": self.engine.last_gen_throughput}],
+            }
+        )
 
     async def model_info(self, request):
-        return web.json_response({
-            "model_path": self.args.model_path,
-            "tokenizer_path": self.args.model_path,
-            "is_generation": True,
-            "weight_version": "default",
-        })
+        return web.json_response(
+            {
+                "model_path": self.args.model_path,
+                "tokenizer_path": self.args.model_path,
+                "is_generation": True,
+                "weight_version": "default",
+            }
+        )
 
     async def models(self, request):
-        return web.json_response({"object": "list", "data": [{
-            "id": self.served_name, "object": "model", "created": int(time.time()),
-            "owned_by": "sglang", "root": self.served_name,
-            "max_model_len": self.args.context_length,
-        }]})
+        return web.json_response(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": self.served_name,
+                        "object": "model",
+                        "created": int(time.time()),
+                        "owned_by": "sglang",
+                        "root": self.served_name,
+                        "max_model_len": self.args.context_length,
+                    }
+                ],
+            }
+        )
 
     async def metrics(self, request):
         engine, label = self.engine, f'model_name="{self.served_name}"'
@@ -396,8 +411,11 @@ class Server:
             ("generation_tokens_total", "counter", engine.generation_tokens_total),
             ("num_requests_total", "counter", engine.requests_total),
         ):
-            lines += [f"# HELP sglang:{name} {name}", f"# TYPE sglang:{name} {kind}",
-                      f"sglang:{name}{{{label}}} {float(value)}"]
+            lines += [
+                f"# HELP sglang:{name} {name}",
+                f"# TYPE sglang:{name} {kind}",
+                f"sglang:{name}{{{label}}} {float(value)}",
+            ]
         return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
 
     async def flush_cache(self, request):
@@ -421,9 +439,11 @@ class Server:
 async def start_up(server: Server) -> None:
     """Print the start-up phases as SGLang does, with the injected failures."""
     log, args, mode = server.log, server.args, server.mode
-    log.line(f"server_args=ServerArgs(model_path='{args.model_path}', tp_size={args.tp_size}, "
-             f"max_running_requests={args.max_running_requests}, skip_server_warmup=False, "
-             "disable_flashinfer_autotune=False)")
+    log.line(
+        f"server_args=ServerArgs(model_path='{args.model_path}', tp_size={args.tp_size}, "
+        f"max_running_requests={args.max_running_requests}, skip_server_warmup=False, "
+        "disable_flashinfer_autotune=False)"
+    )
     log.all_ranks("Init torch distributed begin.")
     server.crash_now("start")
     log.all_ranks("Init torch distributed ends. mem usage=0.43 GB")
@@ -433,8 +453,11 @@ async def start_up(server: Server) -> None:
     shards = 80
     for step in range(11):
         pct = step * 10
-        log.raw(f"Loading safetensors checkpoint shards: {pct:3d}% Completed | "
-                f"{shards * step // 10}/{shards} [00:{step:02d}<00:00,  1.00it/s]", end="\r")
+        log.raw(
+            f"Loading safetensors checkpoint shards: {pct:3d}% Completed | "
+            f"{shards * step // 10}/{shards} [00:{step:02d}<00:00,  1.00it/s]",
+            end="\r",
+        )
         if stall_at is not None and pct >= stall_at:
             await asyncio.sleep(10**6)
         if step == 5:
@@ -442,8 +465,10 @@ async def start_up(server: Server) -> None:
         if step < 10:
             await asyncio.sleep(load_s / 10)
     log.raw("")
-    log.all_ranks(f"Load weight end. type={MODEL_CLASS}, dtype=torch.bfloat16, "
-                  "avail mem=40.87 GB, mem usage=53.25 GB.")
+    log.all_ranks(
+        f"Load weight end. type={MODEL_CLASS}, dtype=torch.bfloat16, "
+        "avail mem=40.87 GB, mem usage=53.25 GB."
+    )
     server.crash_now("kv")
     log.all_ranks("KV Cache is allocated. #tokens: 1043968, KV size: 28.40 GB")
     log.line("Memory pool end. avail mem=8.12 GB", 0)
@@ -452,11 +477,14 @@ async def start_up(server: Server) -> None:
     log.line("FlashInfer autotune completed.", 0)
     log.line("Capture cuda graph begin. This can take up to several minutes. avail mem=8.10 GB", 0)
     server.crash_now("graph")
-    log.line("Capture cuda graph end. Time elapsed: 0.10 s. mem usage=0.31 GB. avail mem=7.79 GB.",
-             0)
-    log.line(f"max_total_num_tokens=1043968, chunked_prefill_size=8192, max_prefill_tokens=16384, "
-             f"max_running_requests={args.max_running_requests}, "
-             f"context_len={args.context_length}, available_gpu_mem=7.79 GB")
+    log.line(
+        "Capture cuda graph end. Time elapsed: 0.10 s. mem usage=0.31 GB. avail mem=7.79 GB.", 0
+    )
+    log.line(
+        f"max_total_num_tokens=1043968, chunked_prefill_size=8192, max_prefill_tokens=16384, "
+        f"max_running_requests={args.max_running_requests}, "
+        f"context_len={args.context_length}, available_gpu_mem=7.79 GB"
+    )
 
 
 async def main_async(args) -> None:
@@ -482,8 +510,11 @@ async def main_async(args) -> None:
     log.raw("INFO:     Waiting for application startup.")
     log.raw("INFO:     Application startup complete.")
     log.raw(f"INFO:     Uvicorn running on http://{args.host}:{args.port} (Press CTRL+C to quit)")
-    log.line("Prefill batch. #new-seq: 1, #new-token: 7, #cached-token: 0, token usage: 0.00, "
-             "#running-req: 0, #queue-req: 0", 0)
+    log.line(
+        "Prefill batch. #new-seq: 1, #new-token: 7, #cached-token: 0, token usage: 0.00, "
+        "#running-req: 0, #queue-req: 0",
+        0,
+    )
     server.ready = True
     server.serving_since = time.monotonic()
     log.line("The server is fired up and ready to roll!")
