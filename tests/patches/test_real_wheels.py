@@ -229,3 +229,17 @@ def test_stale_backup_is_not_restored(make_site):
     revert_patch(patch_report(site).result(AUTOTUNE), report.install)
     assert b"# not the original" not in applied.path.read_bytes()
     assert patch_report(site).result(AUTOTUNE).verdict is N
+
+
+def test_version_says_fixed_upstream_but_code_does_not(make_site):
+    """An sglang whose version claims the upstream fix but whose code is older (a fork, a
+    mislabelled build) is unknown source for both patches, never patched by guess."""
+    site = make_site("0.5.12.post1")
+    metadata = next(site.glob("sglang-*.dist-info")) / "METADATA"
+    metadata.write_text(metadata.read_text().replace("Version: 0.5.12.post1", "Version: 0.5.13"))
+    report = patch_report(site)
+    assert report.install.version == "0.5.13"
+    autotune, nsa = report.result(AUTOTUNE), report.result(NSA)
+    assert autotune.verdict is Verdict.UNKNOWN_SOURCE and "upstream fix" in autotune.detail
+    assert nsa.verdict is Verdict.UNKNOWN_SOURCE and "variant dsa" in nsa.detail
+    assert nsa_fix_in_place(site) is None
