@@ -53,6 +53,9 @@ def run(args) -> int:
         return supervisor.run()
     finally:
         listener.stop()
+        sampler = getattr(listener, "telemetry_sampler", None)
+        if sampler is not None:
+            sampler.stop()
 
 
 def _preflight(config, sink, notifier) -> None:
@@ -128,6 +131,7 @@ def _start_listener(config, supervisor, sink) -> HealthListener:
             "(service.listen_port)"
         ) from None
     listener.start()
+    listener.telemetry_sampler = sampler
     host, port = listener.address
     sink.message(f"health listener on http://{host}:{port} (/livez /readyz /status /metrics)")
     return listener
@@ -138,11 +142,13 @@ def _telemetry_sampler(config, sink):
     if not config.telemetry.enabled:
         return None
     try:
-        from glm5svc.telemetry.service import start_sampler
+        from glm5svc.telemetry import Sampler
     except ImportError:
         return None
     try:
-        return start_sampler(config)
+        return Sampler(
+            period_s=config.telemetry.period_s, pcie_period_s=config.telemetry.pcie_period_s
+        ).start()
     except Exception as exc:  # telemetry is optional; the service runs without it
         sink.message(f"GPU telemetry unavailable: {exc}", PRIORITY_WARNING)
         return None

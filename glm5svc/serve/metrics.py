@@ -88,11 +88,8 @@ def register_gpu_telemetry(registry: CollectorRegistry, sampler) -> bool:
     if sampler is None:
         return False
     try:
-        from glm5svc.telemetry import prometheus as telemetry_prometheus
+        from glm5svc.telemetry import register_gpu_collector
     except ImportError:
         return False
-    register = getattr(telemetry_prometheus, "register_gpu_collector", None)
-    if register is None:
-        return False
-    register(registry, sampler)
+    register_gpu_collector(registry, sampler)
     return True
