@@ -49,7 +49,7 @@ def test_metrics_render_with_dcgm_labels_and_base_units():
     labels = dict(next(lbl for name, lbl in samples if name == "glm5_gpu_info"))
     assert info and labels["modelName"].startswith("NVIDIA RTX PRO 6000")
     assert labels["pci_bus_id"] == "00000000:01:00.0" and labels["driver_version"]
-    assert "# TYPE glm5_gpu_energy_joules counter" in text
+    assert "# TYPE glm5_gpu_energy_joules_total counter" in text
 
 
 def test_metrics_without_driver_say_down():
