@@ -17,6 +17,7 @@ COMMAND_MODULES = [
     "preflight",
     "serve",
     "status",
+    "telemetry",
     "validate",
 ]
 
