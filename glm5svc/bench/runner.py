@@ -184,6 +184,7 @@ def run_ladder(
     sampler: WindowSampler | None = None,
     on_progress: ProgressCallback | None = None,
     no_telemetry_reason: str = "no telemetry sampler",
+    should_stop: Callable[[], bool] | None = None,
 ) -> tuple[list[LevelResult], str | None]:
     """Every level in order; stops at the first failure. Returns (levels, stopped_reason)."""
     emit = on_progress or (lambda event: None)
@@ -191,6 +192,10 @@ def run_ladder(
     levels: list[LevelResult] = []
     raw_path = run_dir / RAW_LINES_FILE
     for index, concurrency in enumerate(plan.ladder):
+        if should_stop is not None and should_stop():
+            reason = f"asked to stop before concurrency {concurrency}"
+            emit(BenchEvent("stopped", concurrency, index, total, reason))
+            return levels, reason
         healthy, why = server_health(plan)
         if not healthy:
             reason = f"server not healthy before concurrency {concurrency}: {why}"

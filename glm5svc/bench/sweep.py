@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -92,6 +92,7 @@ def run_benchmark(
     config: Any = None,
     on_progress: ProgressCallback | None = None,
     run_dir: Path | None = None,
+    should_stop: Callable[[], bool] | None = None,
 ) -> BenchSummary:
     plan.validate()
     baseline = load_baseline(judgement.baseline) if judgement.baseline else None
@@ -100,7 +101,9 @@ def run_benchmark(
     started = datetime.now(UTC).isoformat(timespec="seconds")
     with telemetry_sampler(sampler, config) as (measuring, telemetry_status):
         facts = provenance.collect(plan.python, measuring or sampler, config)
-        levels, stopped = run_ladder(plan, run_dir, measuring, on_progress, telemetry_status)
+        levels, stopped = run_ladder(
+            plan, run_dir, measuring, on_progress, telemetry_status, should_stop
+        )
     summary = BenchSummary(
         run_id=run_dir.name,
         kind=kind,
