@@ -15,6 +15,7 @@ COMMAND_MODULES = [
     "command",
     "patch",
     "preflight",
+    "provision",
     "serve",
     "status",
     "telemetry",
