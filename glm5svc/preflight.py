@@ -94,6 +94,7 @@ def default_checks() -> list[Check]:
         check_driver,
         check_gpu_count,
         check_compute_capability,
+        check_gpu_topology,
         check_uvm_hmm,
         check_uvm_device,
         check_cuda_toolkit,
@@ -167,6 +168,20 @@ def check_compute_capability(ctx: PreflightContext) -> list[CheckRow]:
             "run on the intended GPUs, or set gpus.compute_capability and retune",
         )
     ]
+
+
+def check_gpu_topology(ctx: PreflightContext) -> list[CheckRow]:
+    """Link types (topo -m) and P2P reads (topo -p2p r) per GPU pair, and NCCL's transport."""
+    from glm5svc.topology import TopologyError, assess, read_topology
+
+    try:
+        topo, p2p = read_topology()
+        findings = assess(
+            topo, p2p, ctx.config.gpus.nccl_p2p_level, ctx.config.gpus.visible_devices
+        )
+    except TopologyError as exc:
+        return [CheckRow("gpu topology", UNKNOWN, str(exc))]
+    return [CheckRow(f.name, f.status, f.detail, f.fix) for f in findings]
 
 
 def _sm(capability: tuple[int, int]) -> str:
