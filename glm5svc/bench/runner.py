@@ -28,6 +28,7 @@ from glm5svc.bench.results import LevelResult
 # Printed by bench_serving 0.3 .. 0.5.x (matched by content, as the wording around varies).
 MEASURED_RUN_STARTS = "Starting main benchmark run"
 MEASURED_RUN_ENDS = "Serving Benchmark Result"
+MEASURED_RUN_DELAY_S = 1.0  # bench_serving's time.sleep(1.0) after the start marker
 RAW_LINES_FILE = "bench_serving.jsonl"
 HEALTH_TIMEOUT_S = 30.0
 
@@ -249,7 +250,11 @@ def server_health(plan: BenchPlan, timeout: float = HEALTH_TIMEOUT_S) -> tuple[b
 
 
 class _Windows:
-    """The telemetry window of one level: whole process at first, then the measured run."""
+    """The telemetry window of one level: whole process at first, then the measured run.
+
+    bench_serving (0.4 .. 0.5.x) sleeps 1 s between printing the start marker and starting
+    its clock; the measured window opens after that idle second, so that energy per token
+    is not diluted by it."""
 
     def __init__(self, sampler: WindowSampler | None, label: str, no_sampler_reason: str):
         self.sampler = sampler
@@ -258,37 +263,56 @@ class _Windows:
         self.current: Any = None
         self.scope: str | None = None
         self.stats: Any = None
+        self.started = False
+        self.lock = threading.Lock()
+        self.timer: threading.Timer | None = None
         if sampler is not None:
             self.current = sampler.open_window(label + " (process)")
             self.scope = "whole-process"
 
     def start_measured(self) -> bool:
-        """Switch to the measured run's window; True the first time the run starts."""
-        if self.sampler is None:
-            self.scope = self.scope or "measured-run"
-            return True
-        if self.scope != "whole-process":
+        """Switch to the measured run's window soon; True the first time the run starts."""
+        if self.started:
             return False
-        self.sampler.close_window(self.current)
-        self.current = self.sampler.open_window(self.label)
-        self.scope = "measured-run"
+        self.started = True
+        if self.sampler is None:
+            self.scope = "measured-run"
+        else:
+            self.timer = threading.Timer(MEASURED_RUN_DELAY_S, self._switch)
+            self.timer.daemon = True
+            self.timer.start()
         return True
 
+    def _switch(self) -> None:
+        with self.lock:
+            if self.sampler is None or self.scope != "whole-process" or self.current is None:
+                return
+            self.sampler.close_window(self.current)
+            self.current = self.sampler.open_window(self.label)
+            self.scope = "measured-run"
+
     def end_measured(self) -> None:
-        if self.sampler is not None and self.current is not None and self.stats is None:
-            self.stats = self.sampler.close_window(self.current)
-            self.current = None
+        self._cancel_timer()
+        with self.lock:
+            if self.sampler is not None and self.current is not None and self.stats is None:
+                self.stats = self.sampler.close_window(self.current)
+                self.current = None
 
     def finish(self) -> tuple[Any, str | None]:
-        if self.sampler is not None and self.current is not None:
-            self.stats = self.sampler.close_window(self.current)
-            self.current = None
+        self.end_measured()
         return self.stats, self.scope
 
     def abandon(self) -> None:
-        if self.sampler is not None and self.current is not None:
-            self.sampler.close_window(self.current)
-            self.current = None
+        self._cancel_timer()
+        with self.lock:
+            if self.sampler is not None and self.current is not None:
+                self.sampler.close_window(self.current)
+                self.current = None
+
+    def _cancel_timer(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer.join()
 
 
 def _start_timer(proc: subprocess.Popen, limit: float | None, flag: threading.Event):

@@ -24,7 +24,8 @@ REPO = Path(__file__).resolve().parents[2]
 TEST_ENGINE = REPO / "tests" / "support" / "sglang_test_engine.py"
 VENVS = REPO / ".cache" / "venvs"
 SGLANG_VERSION = "0.5.9"
-# What sglang 0.5.9's bench_serving imports (checked against its import lines), with
+# What sglang 0.5.9's bench_serving and `import sglang` need (checked by importing it in a
+# fresh venv), with
 # sglang's own transformers pin; `tokenizers` comes with transformers.
 BENCH_SERVING_DEPS = [
     "aiohttp",
@@ -36,6 +37,7 @@ BENCH_SERVING_DEPS = [
     "IPython",
     "datasets",
     "pillow",
+    "pydantic",  # sglang/utils.py imports it; transformers 5 brings it, 4.57.1 does not
 ]
 VENV_SPEC = f"sglang=={SGLANG_VERSION} --no-deps; " + " ".join(BENCH_SERVING_DEPS)
 
