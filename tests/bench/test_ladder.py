@@ -181,3 +181,42 @@ def test_bench_serving_failure_stops_the_ladder(bench_python, engine, tmp_path):
     assert summary.stopped_reason.startswith("stopped at concurrency 4: bench_serving exited")
     assert (Path(summary.results_dir) / level.log_file).read_text().count("Traceback") >= 1
     assert json.loads((Path(summary.results_dir) / "summary.json").read_text())["levels"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_post_start_hook_runs_the_short_ladder(bench_python, tiny_tokenizer, engine, tmp_path):
+    import threading
+    from types import SimpleNamespace
+
+    from glm5svc.bench.post_start import run_post_start_benchmark
+    from glm5svc.config import Config
+
+    huge = write_baseline(tmp_path / "huge.json", {4: 1e6})
+    config = Config.model_validate(
+        {
+            "model": {"tokenizer_path": tiny_tokenizer, "served_name": "glm-5"},
+            "server": {"python": bench_python, "port": 1},  # engine_url below wins
+            "service": {"results_dir": str(tmp_path / "results")},
+            "telemetry": {"enabled": False},
+            "benchmark": {
+                "input_len": 32, "output_len": 8, "warmup_requests": 1, "baseline": str(huge),
+                "post_start": {"ladder": [4], "num_prompts_per_level": 8,
+                               "degrade_below_baseline": True},
+            },
+        }
+    )  # fmt: skip
+    logged = []
+    context = SimpleNamespace(
+        config=config, engine_url=engine.base_url, stop_requested=threading.Event(),
+        log=logged.append, state=None,
+    )  # fmt: skip
+    status = run_post_start_benchmark(context)
+    json.dumps(status)  # JSON-able for /status
+    assert status["kind"] == "post-start" and status["complete"]
+    assert status["levels"][0]["completed"] == 8 and status["degraded"] is True
+    assert status["summary"]["concurrency"] == 4.0
+    assert "telemetry.enabled: false" in status["telemetry"]
+    assert Path(status["results_dir"]).name.endswith("-post-start")
+    assert (Path(status["results_dir"]) / "summary.json").is_file()
+    assert any("concurrency 4" in line for line in logged)
