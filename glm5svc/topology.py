@@ -51,7 +51,7 @@ class GpuMatrix:
 
     gpus: list[int]
     cells: dict[tuple[int, int], str]
-    extra: dict[int, list[str]] = field(default_factory=dict)  # per-row cells after the GPUs
+    extra: dict[int, dict[str, str]] = field(default_factory=dict)  # NIC, affinity columns
 
     def cell(self, a: int, b: int) -> str:
         return self.cells.get((a, b), "?")
@@ -91,13 +91,14 @@ def parse_gpu_matrix(text: str, what: str = "nvidia-smi topo output") -> GpuMatr
     )
     if header_at is None:
         raise TopologyError(f"{what}: no header row naming GPU0")
-    header = lines[header_at].split()
+    line = lines[header_at]
+    header = [t.strip() for t in line.split("\t") if t.strip()] if "\t" in line else line.split()
     columns = [int(m.group(1)) for m in (GPU_LABEL.match(t) for t in header) if m]
     # The GPU columns come first and in order; later columns (NIC, affinity) are kept raw.
     if columns != list(range(len(columns))):
         raise TopologyError(f"{what}: GPU columns out of order: {columns}")
     cells: dict[tuple[int, int], str] = {}
-    extra: dict[int, list[str]] = {}
+    extra: dict[int, dict[str, str]] = {}
     rows: list[int] = []
     for line in lines[header_at + 1 :]:
         tokens = line.split()
@@ -116,7 +117,8 @@ def parse_gpu_matrix(text: str, what: str = "nvidia-smi topo output") -> GpuMatr
             )
         for col, value in zip(columns, values, strict=False):
             cells[(row, col)] = LEGACY_LINK_NAMES.get(value, value)
-        extra[row] = values[len(columns) :]
+        others = [name for name in header if not GPU_LABEL.match(name)]
+        extra[row] = dict(zip(others, values[len(columns) :], strict=False))
         rows.append(row)
     if sorted(rows) != columns:
         raise TopologyError(f"{what}: GPU rows {sorted(rows)} do not match columns {columns}")
@@ -189,8 +191,11 @@ def _link_summary(pairs: list[PairReport], links: GpuMatrix, gpus: list[int]) ->
     groups = _group(pairs, lambda p: p.link)
     order = sorted(groups, key=_link_rank)
     parts = [f"{link} x{len(groups[link])} ({_pairs_text(groups[link])})" for link in order]
-    numa = {g: links.extra.get(g, []) for g in gpus}
-    affinity = "; ".join(f"GPU{g} CPUs {v[0]} NUMA {v[1]}" for g, v in numa.items() if len(v) >= 2)
+    affinity = "; ".join(
+        f"GPU{g} CPUs {links.extra[g]['CPU Affinity']} NUMA {links.extra[g]['NUMA Affinity']}"
+        for g in gpus
+        if {"CPU Affinity", "NUMA Affinity"} <= links.extra.get(g, {}).keys()
+    )
     text = f"{len(gpus)} GPUs, {len(pairs)} pairs: " + ", ".join(parts)
     return text + (f"; {affinity}" if affinity else "")
 
@@ -263,9 +268,9 @@ def _run(argv: list[str]) -> subprocess.CompletedProcess:
     return subprocess.run(argv, capture_output=True, text=True, timeout=30)
 
 
-def read_topology(run: Runner = _run, which=shutil.which) -> tuple[str, str | None]:
+def read_topology(run: Runner = _run, which=None) -> tuple[str, str | None]:
     """(topo -m text, topo -p2p r text or None). Raises TopologyError saying why not."""
-    smi = which("nvidia-smi")
+    smi = (which or shutil.which)("nvidia-smi")
     if smi is None:
         raise TopologyError(
             "nvidia-smi not found on PATH: cannot read the GPU topology "
