@@ -42,13 +42,9 @@ def run_post_start_benchmark(
     *,
     base_url: str | None = None,
     stop_event: threading.Event | None = None,
-) -> BenchSummary | dict[str, Any]:
+) -> BenchSummary:
     """Run benchmark.post_start's ladder against the server; write results under
-    service.results_dir/bench/<stamp>-post-start; return the BenchSummary.
-
-    Given a supervisor hook context instead of a Config, behaves as post_start_hook."""
-    if hasattr(config, "engine_url") and hasattr(config, "config"):
-        return post_start_hook(config)
+    service.results_dir/bench/<stamp>-post-start; return the BenchSummary."""
     post = config.benchmark.post_start
     plan = plan_from_config(
         config,
@@ -82,15 +78,13 @@ def post_start_hook(context: Any) -> dict[str, Any]:
         if event.kind in ("level-start", "level-done", "stopped", "finished"):
             log(f"post-start benchmark: {event.message}")
 
-    sampler = getattr(context, "sampler", None) or getattr(context, "telemetry_sampler", None)
     summary = run_post_start_benchmark(
         context.config,
-        sampler=sampler,
+        sampler=getattr(context, "sampler", None),
         on_progress=progress,
         base_url=context.engine_url,
         stop_event=getattr(context, "stop_requested", None),
     )
-    assert isinstance(summary, BenchSummary)
     return status_dict(context.config, summary)
 
 

@@ -5,14 +5,18 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from glm5svc.bench.post_start import post_start_hook
 from glm5svc.config import load_config
 from glm5svc.errors import ConfigError, Glm5Error
+from glm5svc.launch_plan import plan_for_service
+from glm5svc.preflight import run_preflight
 from glm5svc.serve.listener import HealthListener
 from glm5svc.serve.metrics import build_registry
 from glm5svc.serve.notify import Notifier
 from glm5svc.serve.phases import PRIORITY_ERR, PRIORITY_WARNING
 from glm5svc.serve.relay import choose_sink
 from glm5svc.serve.supervisor import Supervisor
+from glm5svc.telemetry import Sampler
 
 
 def register(subparsers):
@@ -31,10 +35,11 @@ def run(args) -> int:
     sink = choose_sink(lambda: holder["supervisor"].engine.pid if "supervisor" in holder else None)
     if config.service.run_preflight:
         _preflight(config, sink, notifier)
-    plan = _launch_plan(config)
+    plan = plan_for_service(config)
     for warning in plan.warnings:
         sink.message(f"launch plan: {warning}", PRIORITY_WARNING)
-    _write_secret_files(getattr(plan, "secret_files", {}) or {})
+    _write_secret_files(plan.secret_files)
+    sampler = _telemetry_sampler(config, sink)
     supervisor = Supervisor(
         config,
         argv=list(plan.argv),
@@ -43,24 +48,22 @@ def run(args) -> int:
         notifier=notifier,
         plan_summary=plan.summary(),
         plan_warnings=list(plan.warnings),
-        post_ready_hook=_post_start_hook(config, sink),
+        post_ready_hook=post_start_hook if config.benchmark.post_start.enabled else None,
         api_key=_api_key(config),
+        telemetry_sampler=sampler,
     )
     holder["supervisor"] = supervisor
-    listener = _start_listener(config, supervisor, sink)
+    listener = _start_listener(config, supervisor, sampler, sink)
     supervisor.listener = listener
     try:
         return supervisor.run()
     finally:
         listener.stop()
-        sampler = getattr(listener, "telemetry_sampler", None)
         if sampler is not None:
             sampler.stop()
 
 
 def _preflight(config, sink, notifier) -> None:
-    from glm5svc.preflight import run_preflight
-
     notifier.status("preflight checks")
     report = run_preflight(config)
     text = report.render()
@@ -69,13 +72,6 @@ def _preflight(config, sink, notifier) -> None:
     if report.has_failures:
         notifier.status("preflight failed: configuration or host must be fixed")
         raise ConfigError("preflight found fatal problems (listed above); fix them and restart")
-
-
-def _launch_plan(config):
-    from glm5svc import launch_plan
-
-    builder = getattr(launch_plan, "plan_for_service", None) or launch_plan.build_launch_plan
-    return builder(config)
 
 
 def _write_secret_files(files: dict) -> None:
@@ -105,20 +101,8 @@ def _api_key(config) -> str | None:
         return None
 
 
-def _post_start_hook(config, sink):
-    """The post-start benchmark (glm5svc.bench.post_start.run_post_start_benchmark), if present."""
-    if not config.benchmark.post_start.enabled:
-        return None
-    try:
-        from glm5svc.bench.post_start import run_post_start_benchmark
-    except ImportError:
-        return None
-    return run_post_start_benchmark
-
-
-def _start_listener(config, supervisor, sink) -> HealthListener:
+def _start_listener(config, supervisor, sampler, sink) -> HealthListener:
     service = config.service
-    sampler = _telemetry_sampler(config, sink)
     registry = build_registry(supervisor.state, sampler)
     try:
         listener = HealthListener(
@@ -131,24 +115,17 @@ def _start_listener(config, supervisor, sink) -> HealthListener:
             "(service.listen_port)"
         ) from None
     listener.start()
-    listener.telemetry_sampler = sampler
     host, port = listener.address
     sink.message(f"health listener on http://{host}:{port} (/livez /readyz /status /metrics)")
     return listener
 
 
 def _telemetry_sampler(config, sink):
-    """GPU telemetry sampler from the telemetry module, when present and enabled."""
+    """One GPU telemetry sampler for /metrics and the post-start benchmark's windows."""
     if not config.telemetry.enabled:
         return None
     try:
-        from glm5svc.telemetry import Sampler
-    except ImportError:
-        return None
-    try:
-        return Sampler(
-            period_s=config.telemetry.period_s, pcie_period_s=config.telemetry.pcie_period_s
-        ).start()
+        return Sampler.from_config(config.telemetry).start()
     except Exception as exc:  # telemetry is optional; the service runs without it
         sink.message(f"GPU telemetry unavailable: {exc}", PRIORITY_WARNING)
         return None

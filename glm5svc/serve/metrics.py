@@ -6,18 +6,10 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from glm5svc.bench.post_start import bench_metrics_families
 from glm5svc.serve.phases import Phase
 from glm5svc.serve.state import SupervisorState
-
-# Numeric benchmark summary keys exported as glm5svc_benchmark_<key>.
-BENCHMARK_KEYS = (
-    "total_throughput",
-    "output_throughput",
-    "request_throughput",
-    "mean_ttft_ms",
-    "mean_tpot_ms",
-    "concurrency",
-)
+from glm5svc.telemetry import register_gpu_collector
 
 
 class ServiceCollector(Collector):
@@ -60,12 +52,10 @@ class ServiceCollector(Collector):
         yield _counter(
             "glm5svc_engine_restarts", "engine restarts seen by this process", snap["restarts_seen"]
         )
-        bench = snap["benchmark"] or {}
-        summary = bench.get("summary", bench) if isinstance(bench, dict) else {}
-        for key in BENCHMARK_KEYS:
-            value = summary.get(key) if isinstance(summary, dict) else None
-            if isinstance(value, int | float) and not isinstance(value, bool):
-                yield _gauge(f"glm5svc_benchmark_{key}", f"last post-start benchmark: {key}", value)
+        yield _gauge("glm5svc_degraded", "1 when below the benchmark baseline", snap["degraded"])
+        benchmark = snap["benchmark"]
+        if isinstance(benchmark, dict) and "levels" in benchmark:
+            yield from bench_metrics_families(benchmark)
 
 
 def _gauge(name: str, doc: str, value) -> GaugeMetricFamily:
@@ -84,12 +74,8 @@ def build_registry(state: SupervisorState, telemetry_sampler=None) -> CollectorR
 
 
 def register_gpu_telemetry(registry: CollectorRegistry, sampler) -> bool:
-    """Add the telemetry issue's GPU families when that module is present (optional)."""
+    """Add the GPU families (glm5_gpu_*) when the service runs a telemetry sampler."""
     if sampler is None:
-        return False
-    try:
-        from glm5svc.telemetry import register_gpu_collector
-    except ImportError:
         return False
     register_gpu_collector(registry, sampler)
     return True

@@ -84,6 +84,14 @@ class SupervisorState:
             self.phase = phase
             self.status_text = text or phase.value
 
+    @property
+    def degraded(self) -> bool:
+        """Below the benchmark baseline, when configured to say so: still ready."""
+        return bool(isinstance(self.benchmark, dict) and self.benchmark.get("degraded"))
+
+    def degraded_reason(self) -> str:
+        return "degraded: post-start benchmark below its baseline" if self.degraded else ""
+
     def readiness(self) -> tuple[bool, str]:
         """(ready, reason) for /readyz: engine ready, not draining, not wedged."""
         with self.lock:
@@ -115,6 +123,7 @@ class SupervisorState:
                 "ready_reason": reason,
                 "draining": self.draining,
                 "wedged": self.wedged,
+                "degraded": self.degraded,
                 "pid": os.getpid(),
                 "engine_pid": self.engine_pid,
                 "engine_exit_status": self.engine_exit_status,

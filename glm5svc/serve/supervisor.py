@@ -50,10 +50,12 @@ class PostReadyContext:
     state: SupervisorState
     stop_requested: threading.Event
     log: Callable[[str], None]
+    sampler: object | None = None  # the service's GPU telemetry sampler, shared
 
 
-# hook(context) -> JSON-able dict shown in /status "benchmark" (numbers under "summary"
-# are exported as glm5svc_benchmark_<key>); exceptions are reported, never fatal.
+# hook(context) -> JSON-able dict shown in /status "benchmark" and exported on /metrics
+# (glm5svc.bench.post_start.bench_metrics_families); "degraded": true marks the service
+# degraded, not unready. Exceptions are reported, never fatal.
 PostReadyHook = Callable[[PostReadyContext], dict | None]
 
 
@@ -79,6 +81,7 @@ class Supervisor:
         plan_warnings: list[str] | None = None,
         post_ready_hook: PostReadyHook | None = None,
         api_key: str | None = None,
+        telemetry_sampler: object | None = None,
     ):
         self.config = config
         self.service = config.service
@@ -90,6 +93,7 @@ class Supervisor:
         self.engine = EngineProcess(argv, child_environment(dict(os.environ), plan_env))
         self.client = EngineClient(config.server.host, config.server.port, api_key)
         self.post_ready_hook = post_ready_hook
+        self.telemetry_sampler = telemetry_sampler
         self.wake = threading.Event()
         self.stop_requested = threading.Event()
         self.stop_signal: int | None = None
@@ -242,7 +246,12 @@ class Supervisor:
         self._set_phase(Phase.BENCHMARKING, "benchmarking (post-start)")
         self.notifier.status("benchmarking (post-start)")
         context = PostReadyContext(
-            self.config, self.client.base_url, self.state, self.stop_requested, self.log
+            self.config,
+            self.client.base_url,
+            self.state,
+            self.stop_requested,
+            self.log,
+            self.telemetry_sampler,
         )
         try:
             result = self.post_ready_hook(context)
@@ -253,8 +262,9 @@ class Supervisor:
             self.state.benchmark = result
             self.state.benchmark_running = False
         if not self.stop_requested.is_set():
-            self._set_phase(Phase.SERVING, "serving")
-            self.notifier.status("serving")
+            text = "serving" + (f" ({self.state.degraded_reason()})" if self.state.degraded else "")
+            self._set_phase(Phase.SERVING, text)
+            self.notifier.status(text)
 
     # ----- log lines ---------------------------------------------------------------
 

@@ -189,7 +189,7 @@ def test_post_start_hook_runs_the_short_ladder(bench_python, tiny_tokenizer, eng
     import threading
     from types import SimpleNamespace
 
-    from glm5svc.bench.post_start import run_post_start_benchmark
+    from glm5svc.bench.post_start import post_start_hook
     from glm5svc.config import Config
 
     huge = write_baseline(tmp_path / "huge.json", {4: 1e6})
@@ -211,7 +211,7 @@ def test_post_start_hook_runs_the_short_ladder(bench_python, tiny_tokenizer, eng
         config=config, engine_url=engine.base_url, stop_requested=threading.Event(),
         log=logged.append, state=None,
     )  # fmt: skip
-    status = run_post_start_benchmark(context)
+    status = post_start_hook(context)
     json.dumps(status)  # JSON-able for /status
     assert status["kind"] == "post-start" and status["complete"]
     assert status["levels"][0]["completed"] == 8 and status["degraded"] is True

@@ -58,9 +58,11 @@ def test_ready_needs_a_generation_with_text(serve, notify_socket):
 
 def test_slow_load_that_progresses_is_not_timed_out(serve):
     # Loading takes twice the stall limit, but shows progress all the way.
-    process = serve("load=3", load_stall_timeout_s=1.5)
-    status = process.wait_ready(20)
-    assert status["startup_seconds"] > 3.0
+    # Generous stall limit: the engine's own start-up (imports) shows no progress either,
+    # and a loaded 2-core CI machine can take seconds for it.
+    process = serve("load=6", load_stall_timeout_s=3.0)
+    status = process.wait_ready(30)
+    assert status["startup_seconds"] > 6.0
     assert status["load_percent"] == 100
 
 
