@@ -1,0 +1,38 @@
+"""The command line: every sub-command registers; a chosen one loads alone."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from glm5svc.cli import COMMAND_MODULES, build_parser, chosen_command
+
+
+def test_help_lists_every_command():
+    text = build_parser().format_help()
+    for name in COMMAND_MODULES:
+        assert name in text
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["bench", "--ladder", "64"], "bench"),
+        (["--config", "command", "validate"], "validate"),  # a config file named "command"
+        (["--config=/x.yaml", "preflight", "--json"], "preflight"),
+        (["--help"], None),
+        (["nonsense"], None),
+    ],
+)
+def test_chosen_command(argv, expected):
+    assert chosen_command(argv) == expected
+
+
+def test_unknown_command_lists_the_real_ones():
+    result = subprocess.run(
+        [sys.executable, "-m", "glm5svc", "frobnicate"], capture_output=True, text=True
+    )
+    assert result.returncode == 2
+    assert "invalid choice: 'frobnicate'" in result.stderr and "preflight" in result.stderr
