@@ -85,7 +85,9 @@ class Connection(ConnectionBase):
     def _argv(self, shell_cmd: str) -> list[str]:
         prefix, as_string = self._host_prefix()
         pct = [self.get_option("pct_command"), "exec", str(self.get_option("vmid")), "--"]
-        inner = pct + ["/bin/sh", "-c", shell_cmd]
+        # pct exec may clear the environment: without HOME, Ansible's `~/.ansible/tmp` would
+        # be made relative to `/` (pct exec always runs as the container's root).
+        inner = pct + ["/bin/sh", "-c", 'HOME="${HOME:-/root}"; export HOME; ' + shell_cmd]
         return prefix + ([shlex.join(inner)] if as_string else inner)
 
     def _run(self, shell_cmd: str, in_data: bytes | None = None) -> tuple[int, bytes, bytes]:
