@@ -1,0 +1,19 @@
+"""A tiny word-level tokenizer that AutoTokenizer loads offline (the lab's stand-in model).
+
+Run with the service venv's python: python tokenizer.py <directory>. The same vocabulary as
+the bench tests' tokenizer (tests/bench/conftest.py): the test engine's words and w0..w499.
+"""
+
+import sys
+
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast
+
+words = ["[UNK]", "[PAD]"] + ["Paris", "is", "the", "capital", "of", "France", ".", "It",
+         "has", "a"] + [f"w{i}" for i in range(500)]  # fmt: skip
+vocab = {w: i for i, w in enumerate(words)}
+tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
+tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+tok.decoder = decoders.WordPiece()  # joins word tokens with spaces
+fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]")
+fast.save_pretrained(sys.argv[1])
