@@ -1,0 +1,48 @@
+#!/bin/sh
+# Gives one target what a Proxmox VE host has and this machine lacks, written
+# from the controller straight into its root file system (one call per target
+# instead of a task per file through the container connection).
+# Usage: prepare_target.sh <rootfs> <repo dir> <pve-container version> <kernel cmdline> <grub|systemd-boot>
+set -eu
+root=$1 repo=$2 pve_container=$3 cmdline=$4 boot=$5
+here=$(cd "$(dirname "$0")" && pwd)
+
+# The signed stand-in NVIDIA repository.
+rm -rf "$root/srv/glm5-stand-in-nvidia-repo"
+mkdir -p "$root/srv/glm5-stand-in-nvidia-repo"
+cp -a "$repo/." "$root/srv/glm5-stand-in-nvidia-repo/"
+
+# Stand-in Proxmox commands.
+install -m 0755 "$here/stand-ins/pct.sh" "$root/usr/local/sbin/pct"
+install -m 0755 "$here/stand-ins/pveversion.sh" "$root/usr/local/sbin/pveversion"
+install -m 0755 "$here/stand-ins/boot-tool.sh" "$root/usr/local/sbin/update-grub"
+install -m 0755 "$here/stand-ins/boot-tool.sh" "$root/usr/local/sbin/proxmox-boot-tool"
+
+stand_in=$root/etc/glm5-stand-in
+mkdir -p "$stand_in/sys-module-nvidia_uvm/parameters" "$root/etc/pve/lxc" "$root/etc/default"
+echo "$pve_container" > "$stand_in/pve-container-version"
+echo "$cmdline" > "$stand_in/cmdline"
+# This machine's majors plus NVIDIA's, as a host with the driver lists them
+# (the stand-in nvidia-smi and nvidia-modprobe make nodes with these majors).
+sed 's/^Character devices:$/Character devices:\n195 nvidia\n195 nvidiactl\n240 nvidia-uvm\n241 nvidia-caps/' \
+  /proc/devices > "$stand_in/proc-devices"
+# A loaded nvidia_uvm with HMM on that is in use (read where the inventory points the role here).
+echo N > "$stand_in/sys-module-nvidia_uvm/parameters/uvm_disable_hmm"
+echo 2 > "$stand_in/sys-module-nvidia_uvm/refcnt"
+
+# The GPU container's config, with a snapshot section.
+cp "$here/files/200.conf" "$root/etc/pve/lxc/200.conf"
+
+cat > "$root/etc/default/grub" <<'G'
+GRUB_DEFAULT=0
+GRUB_TIMEOUT=5
+GRUB_DISTRIBUTOR="Proxmox VE"
+GRUB_CMDLINE_LINUX_DEFAULT="quiet intel_iommu=on"
+GRUB_CMDLINE_LINUX=""
+G
+# /etc/kernel/cmdline makes the role pick systemd-boot (proxmox-boot-tool).
+rm -f "$root/etc/kernel/cmdline"
+if [ "$boot" = systemd-boot ]; then
+  mkdir -p "$root/etc/kernel"
+  echo "root=ZFS=rpool/ROOT/pve-1 boot=zfs" > "$root/etc/kernel/cmdline"
+fi
