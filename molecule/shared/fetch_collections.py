@@ -37,8 +37,19 @@ def download_wheel() -> Path:
     wheels = sorted(WHEEL_CACHE.glob("ansible-12.*-py3-none-any.whl"))
     if wheels:
         return wheels[-1]
-    cmd = [sys.executable, "-m", "pip", "download", ANSIBLE_SPEC, "--no-deps",
-           "--only-binary", ":all:", "--quiet", "-d", str(WHEEL_CACHE)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        ANSIBLE_SPEC,
+        "--no-deps",
+        "--only-binary",
+        ":all:",
+        "--quiet",
+        "-d",
+        str(WHEEL_CACHE),
+    ]
     subprocess.run(cmd, check=True)
     wheels = sorted(WHEEL_CACHE.glob("ansible-12.*-py3-none-any.whl"))
     if not wheels:

@@ -71,7 +71,7 @@ MAX_DEVICES = 256
 
 def dev_path(value: str) -> str:
     first = value.split(",", 1)[0]
-    return first[len("path="):] if first.startswith("path=") else first
+    return first[len("path=") :] if first.startswith("path=") else first
 
 
 def owned(key: str, value: str, owned_majors: set[int]) -> bool:
@@ -117,7 +117,9 @@ def free_indices(kept: list[str], count: int) -> list[int]:
             used.add(int(dev["index"]))
     free = [index for index in range(MAX_DEVICES) if index not in used]
     if len(free) < count:
-        raise ValueError(f"{count} device entries do not fit: {len(used)} of {MAX_DEVICES} are used")
+        raise ValueError(
+            f"{count} device entries do not fit: {len(used)} of {MAX_DEVICES} are used"
+        )
     return free[:count]
 
 
@@ -129,7 +131,9 @@ def render(text: str, devices: list[str], raw: list[str], owned_majors: set[int]
         return text, [f"dev{i}: {have_devices[i]}" for i in sorted(have_devices)]
     while kept and not kept[-1].strip():
         kept.pop()
-    dev_lines = [f"dev{i}: {v}" for i, v in zip(free_indices(kept, len(devices)), devices)]
+    dev_lines = [
+        f"dev{i}: {v}" for i, v in zip(free_indices(kept, len(devices)), devices, strict=True)
+    ]
     new_main = kept + dev_lines + raw
     new_text = "\n".join(new_main) + "\n"
     if rest:

@@ -58,13 +58,18 @@ def iommu_findings(cmdline: str) -> list[dict]:
     if "iommu=pt" in params or "intel_iommu=off" in params or "amd_iommu=off" in params:
         return []
     if IOMMU_ON.search(cmdline):
-        return [{
-            "topic": "iommu",
-            "problem": "IOMMU translation is on (" + " ".join(p for p in params if "iommu" in p)
-            + "): GPU peer-to-peer DMA is translated or redirected, which is slow or hangs NCCL",
-            "fix": "add iommu=pt to the kernel command line (LXC needs no VFIO): set "
-            "glm5_host_p2p_report_cmdline_add: [iommu=pt] and glm5_host_p2p_report_apply_cmdline: true",
-        }]
+        return [
+            {
+                "topic": "iommu",
+                "problem": "IOMMU translation is on ("
+                + " ".join(p for p in params if "iommu" in p)
+                + "): GPU peer-to-peer DMA is translated or redirected, "
+                "which is slow or hangs NCCL",
+                "fix": "add iommu=pt to the kernel command line (LXC needs no VFIO): set "
+                "glm5_host_p2p_report_cmdline_add: [iommu=pt] and "
+                "glm5_host_p2p_report_apply_cmdline: true",
+            }
+        ]
     return []
 
 
@@ -81,42 +86,55 @@ def acs_bridges(lspci: str) -> list[str]:
 def acs_findings(bridges: list[str]) -> list[dict]:
     if not bridges:
         return []
-    return [{
-        "topic": "acs",
-        "problem": f"ACS source validation is on at {len(bridges)} PCIe bridge(s) "
-        f"({', '.join(bridges[:8])}{' ...' if len(bridges) > 8 else ''}): peer-to-peer traffic "
-        "is sent up to the root complex (slow, or NCCL hangs)",
-        "fix": "disable ACS in the BIOS (PCIe ACS / ACS control), or clear it at each boot with "
-        "setpci -s <bridge> ECAP_ACS+0x6.w=0000 on these bridges",
-    }]
+    return [
+        {
+            "topic": "acs",
+            "problem": f"ACS source validation is on at {len(bridges)} PCIe bridge(s) "
+            f"({', '.join(bridges[:8])}{' ...' if len(bridges) > 8 else ''}): peer-to-peer traffic "
+            "is sent up to the root complex (slow, or NCCL hangs)",
+            "fix": "disable ACS in the BIOS (PCIe ACS / ACS control), "
+            "or clear it at each boot with setpci -s <bridge> ECAP_ACS+0x6.w=0000 on these bridges",
+        }
+    ]
 
 
 def p2p_findings(table: str) -> list[dict]:
-    bad = sorted({cell for line in table.splitlines()[1:] for cell in line.split()[1:]
-                  if line.strip().startswith("GPU") and cell not in P2P_CELL_OK})
+    bad = sorted(
+        {
+            cell
+            for line in table.splitlines()[1:]
+            for cell in line.split()[1:]
+            if line.strip().startswith("GPU") and cell not in P2P_CELL_OK
+        }
+    )
     if not bad:
         return []
-    return [{
-        "topic": "p2p",
-        "problem": "nvidia-smi topo -p2p r reports GPU pairs without peer-to-peer reads ("
-        + ", ".join(bad) + "; NS = not supported, CNS = chipset not supported)",
-        "fix": "fix IOMMU/ACS first; if P2P stays unsupported set NCCL_P2P_DISABLE=1 "
-        "so NCCL uses shared memory instead of hanging",
-    }]
+    return [
+        {
+            "topic": "p2p",
+            "problem": "nvidia-smi topo -p2p r reports GPU pairs without peer-to-peer reads ("
+            + ", ".join(bad)
+            + "; NS = not supported, CNS = chipset not supported)",
+            "fix": "fix IOMMU/ACS first; if P2P stays unsupported set NCCL_P2P_DISABLE=1 "
+            "so NCCL uses shared memory instead of hanging",
+        }
+    ]
 
 
 def topology_findings(matrix: str) -> list[dict]:
     rows = [line.split() for line in matrix.splitlines() if re.match(r"^GPU\d+\s", line)]
     gpus = len(rows)
-    links = {cell for row in rows for cell in row[1:gpus + 1] if cell != "X"}
+    links = {cell for row in rows for cell in row[1 : gpus + 1] if cell != "X"}
     if "SYS" in links:
-        return [{
-            "topic": "topology",
-            "problem": "some GPU pairs connect across CPU sockets (SYS): NCCL's default "
-            "NCCL_P2P_LEVEL=PXB does not use P2P for them",
-            "fix": "keep tensor-parallel groups within one socket, or set NCCL_P2P_LEVEL=SYS "
-            "if topo -p2p r reports OK for those pairs",
-        }]
+        return [
+            {
+                "topic": "topology",
+                "problem": "some GPU pairs connect across CPU sockets (SYS): NCCL's default "
+                "NCCL_P2P_LEVEL=PXB does not use P2P for them",
+                "fix": "keep tensor-parallel groups within one socket, or set NCCL_P2P_LEVEL=SYS "
+                "if topo -p2p r reports OK for those pairs",
+            }
+        ]
     return []
 
 
@@ -140,10 +158,21 @@ def main() -> None:
     bridges = acs_bridges(run(module, ["lspci", "-vvv"]))
     topology = run(module, ["nvidia-smi", "topo", "-m"])
     p2p = run(module, ["nvidia-smi", "topo", "-p2p", "r"])
-    findings = (iommu_findings(cmdline) + acs_findings(bridges) + p2p_findings(p2p)
-                + topology_findings(topology))
-    module.exit_json(changed=False, findings=findings, cmdline=cmdline, acs_bridges=bridges,
-                     topology=topology, p2p_read=p2p, lspci_available=bool(shutil.which("lspci")))
+    findings = (
+        iommu_findings(cmdline)
+        + acs_findings(bridges)
+        + p2p_findings(p2p)
+        + topology_findings(topology)
+    )
+    module.exit_json(
+        changed=False,
+        findings=findings,
+        cmdline=cmdline,
+        acs_bridges=bridges,
+        topology=topology,
+        p2p_read=p2p,
+        lspci_available=bool(shutil.which("lspci")),
+    )
 
 
 if __name__ == "__main__":
