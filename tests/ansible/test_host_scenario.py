@@ -48,10 +48,13 @@ def test_molecule_host_scenario():
         cwd=REPO, env=env, capture_output=True, text=True,
     )  # fmt: skip
     output = done.stdout + done.stderr
-    tail = output[-6000:]
-    assert done.returncode == 0, tail
     # Molecule wraps and colours its log: compare words only.
     words = " ".join(re.sub(r"\x1b\[[0-9;]*m|│", " ", output).split())
+    failures = [
+        words[max(0, m.start() - 300) : m.start() + 1500] for m in re.finditer("fatal:", words)
+    ]
+    tail = "\n...\n".join(failures[:3]) or output[-6000:]
+    assert done.returncode == 0, tail
     for step in ("check", "side_effect", "converge", "idempotence", "verify"):
         assert f"host ➜ {step}: Executed: Successful" in words, f"{step} did not pass\n{tail}"
     for check in (
