@@ -10,16 +10,18 @@ import pytest
 pytest.importorskip("ansible")
 
 ROLES = Path(__file__).resolve().parents[2] / "roles"
+LIBRARY = ROLES.parent / "library"  # modules shared by several roles
 
 
 def _load(role: str, name: str):
-    spec = importlib.util.spec_from_file_location(name, ROLES / role / "library" / f"{name}.py")
+    where = LIBRARY if role == "" else ROLES / role / "library"
+    spec = importlib.util.spec_from_file_location(name, where / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-pve = _load("glm5_host_lxc_gpu", "glm5_pve_lxc_config")
+pve = _load("", "glm5_pve_lxc_config")
 p2p = _load("glm5_host_p2p_report", "glm5_p2p_facts")
 
 CONF = """#GPU container
