@@ -12,6 +12,11 @@ rm -rf "$root/srv/glm5-stand-in-nvidia-repo"
 mkdir -p "$root/srv/glm5-stand-in-nvidia-repo"
 cp -a "$repo/." "$root/srv/glm5-stand-in-nvidia-repo/"
 
+# Only the stand-in repository: the role's apt update then needs no network
+# (Debian's archive stays reachable for anything else, but flaky mirrors would
+# make the test flaky).
+[ -f "$root/etc/apt/sources.list" ] && mv "$root/etc/apt/sources.list" "$root/etc/apt/sources.list.glm5-test-off"
+
 # Stand-in Proxmox commands.
 install -m 0755 "$here/stand-ins/pct.sh" "$root/usr/local/sbin/pct"
 install -m 0755 "$here/stand-ins/pveversion.sh" "$root/usr/local/sbin/pveversion"
