@@ -87,6 +87,7 @@ def run_preflight(config: Config, checks: list[Check] | None = None) -> Prefligh
 
 
 def default_checks() -> list[Check]:
+    from glm5svc.container_resources import check_container_resources
     from glm5svc.model_check import check_model_directory
     from glm5svc.patches.preflight import check_stack_and_patches
 
@@ -102,6 +103,7 @@ def default_checks() -> list[Check]:
         check_stack_and_patches,
         check_gpu_processes,
         check_rlimits,
+        check_container_resources,
         check_disk,
     ]
 
