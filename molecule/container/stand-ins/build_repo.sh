@@ -3,7 +3,7 @@
 # packages (molecule/host/stand-ins/build_repo.sh: nvidia-driver-cuda 580.95.05 and
 # 590.44.01, whose nvidia-smi prints its own version) plus STAND-IN CUDA toolkits
 # (cuda-toolkit-12-8, and cuda-toolkit-13-1 as the "system CUDA"), re-indexed and
-# signed with a fresh key. Nothing in it is NVIDIA software. Usage: build_repo.sh <out>
+# signed with a fresh key (molecule/shared/sign_repo.sh). Nothing in it is NVIDIA software. Usage: build_repo.sh <out>
 set -eu
 out=$1
 here=$(cd "$(dirname "$0")" && pwd)
@@ -37,22 +37,4 @@ toolkit() {
 toolkit 12.8 12.8.93
 toolkit 13.1 13.1.80
 
-rm -f "$out/Packages" "$out/Packages.gz" "$out/Release" "$out/InRelease" "$out/Release.gpg" "$out/stand-in-key.asc"
-(cd "$out" && dpkg-scanpackages --multiversion . /dev/null > Packages 2>/dev/null && gzip -9kn Packages)
-{
-  echo "Origin: glm5svc stand-in"
-  echo "Label: STAND-IN NVIDIA CUDA repository (tests only)"
-  echo "Architectures: all amd64"
-  echo "Date: $(date -Ru)"
-  echo "SHA256:"
-  for f in Packages Packages.gz; do
-    echo " $(sha256sum "$out/$f" | cut -d' ' -f1) $(stat -c %s "$out/$f") $f"
-  done
-} > "$out/Release"
-export GNUPGHOME="$work/gnupg"
-mkdir -m 0700 "$GNUPGHOME"
-gpg --batch --quiet --passphrase '' --quick-gen-key "glm5svc stand-in repo <tests@invalid>" ed25519 sign never
-gpg --batch --quiet --armor --export > "$out/stand-in-key.asc"
-gpg --batch --quiet --yes --clearsign -o "$out/InRelease" "$out/Release"
-gpg --batch --quiet --yes -abs -o "$out/Release.gpg" "$out/Release"
-gpgconf --kill all 2>/dev/null || true
+"$here/../../shared/sign_repo.sh" "$out"

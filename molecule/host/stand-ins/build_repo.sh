@@ -42,22 +42,4 @@ done
 deb nvidia-driver-pinning-580 1.0-1 "" pinning-580.pref /etc/apt/preferences.d/nvidia-driver-pinning-580
 deb proxmox-default-headers 1.0-stand-in ""
 
-(cd "$out" && dpkg-scanpackages --multiversion . /dev/null > Packages 2>/dev/null && gzip -9kn Packages)
-{
-  echo "Origin: glm5svc stand-in"
-  echo "Label: STAND-IN NVIDIA CUDA repository (tests only)"
-  echo "Architectures: all amd64"
-  echo "Date: $(date -Ru)"
-  echo "SHA256:"
-  for f in Packages Packages.gz; do
-    echo " $(sha256sum "$out/$f" | cut -d' ' -f1) $(stat -c %s "$out/$f") $f"
-  done
-} > "$out/Release"
-
-export GNUPGHOME="$work/gnupg"
-mkdir -m 0700 "$GNUPGHOME"
-gpg --batch --quiet --passphrase '' --quick-gen-key "glm5svc stand-in repo <tests@invalid>" ed25519 sign never
-gpg --batch --quiet --armor --export > "$out/stand-in-key.asc"
-gpg --batch --quiet --yes --clearsign -o "$out/InRelease" "$out/Release"
-gpg --batch --quiet --yes -abs -o "$out/Release.gpg" "$out/Release"
-gpgconf --kill all 2>/dev/null || true
+"$here/../../shared/sign_repo.sh" "$out"
