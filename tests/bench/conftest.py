@@ -80,26 +80,14 @@ def bench_python() -> str:
     return str(build_bench_serving_venv(VENVS / f"sglang-{SGLANG_VERSION}-bench"))
 
 
-TOKENIZER_SCRIPT = """
-import sys
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-from transformers import PreTrainedTokenizerFast
-words = ["[UNK]", "[PAD]"] + ["Paris", "is", "the", "capital", "of", "France", ".", "It",
-         "has", "a"] + [f"w{i}" for i in range(500)]
-vocab = {w: i for i, w in enumerate(words)}
-tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
-tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-tok.decoder = decoders.WordPiece()  # joins word tokens with spaces
-fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]")
-fast.save_pretrained(sys.argv[1])
-"""
+TOKENIZER_SCRIPT = REPO / "tests" / "support" / "tiny_tokenizer.py"
 
 
 @pytest.fixture(scope="session")
 def tiny_tokenizer(bench_python, tmp_path_factory) -> str:
     """A word-level tokenizer directory that AutoTokenizer loads offline."""
     path = tmp_path_factory.mktemp("tokenizer")
-    subprocess.run([bench_python, "-c", TOKENIZER_SCRIPT, str(path)], check=True)
+    subprocess.run([bench_python, str(TOKENIZER_SCRIPT), str(path)], check=True)
     return str(path)
 
 

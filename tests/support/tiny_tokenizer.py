@@ -1,7 +1,7 @@
-"""A tiny word-level tokenizer that AutoTokenizer loads offline (the lab's stand-in model).
+"""A tiny word-level tokenizer that AutoTokenizer loads offline: the stand-in model's, for
+the bench tests and the lab. Vocabulary: the test engine's words and w0..w499.
 
-Run with the service venv's python: python tokenizer.py <directory>. The same vocabulary as
-the bench tests' tokenizer (tests/bench/conftest.py): the test engine's words and w0..w499.
+Run with an interpreter that has transformers: python tiny_tokenizer.py <directory>.
 """
 
 import sys
