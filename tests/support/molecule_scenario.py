@@ -38,7 +38,8 @@ def run_scenario(name: str, expected_tasks: tuple[str, ...]) -> str:
         cwd=REPO, env=env, capture_output=True, text=True,
     )  # fmt: skip
     output = done.stdout + done.stderr
-    words = " ".join(re.sub(r"\x1b\[[0-9;]*m|│", " ", output).split())
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", output).replace("│", " ")
+    words = " ".join(plain.split())
     failures = [
         words[max(0, m.start() - 300) : m.start() + 1500] for m in re.finditer("fatal:", words)
     ]
