@@ -35,6 +35,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from glm5svc.atomic_file import write_atomic  # noqa: E402
+
 UINT_MAX = 0xFFFFFFFF  # field-value scopeId meaning "summed over all links"
 NVLINK_FIELDS = {
     "throughput_data_tx_kib": 138,
@@ -392,12 +394,7 @@ def allreduce_phase(label: str, extra_env: dict, args, logs: Path | None) -> dic
 
 
 def write_json(path: Path, data: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as f:
-        json.dump(data, f, indent=2, default=str)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(f.name, path)
+    write_atomic(path, json.dumps(data, indent=2, default=str))
 
 
 def report(result: dict) -> None:

@@ -20,7 +20,6 @@ import json
 import os
 import platform
 import sys
-import tempfile
 import threading
 import time
 import traceback
@@ -30,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import pynvml  # noqa: E402
 
+from glm5svc.atomic_file import write_atomic  # noqa: E402
 from glm5svc.telemetry import PynvmlSource, Sampler  # noqa: E402
 from glm5svc.telemetry.nvml import (  # noqa: E402
     FI_PCIE_COUNT_RX_BYTES,
@@ -353,12 +353,7 @@ def environment(devices) -> dict:
 
 
 def write_json(path: Path, data: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as f:
-        json.dump(data, f, indent=2, default=str)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(f.name, path)
+    write_atomic(path, json.dumps(data, indent=2, default=str))
 
 
 def fmt_us(stat: dict) -> str:

@@ -5,11 +5,10 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from glm5svc.atomic_file import write_atomic
 from glm5svc.bench.results import BenchSummary, LevelResult
 
 SUMMARY_FILE = "summary.json"
@@ -56,20 +55,6 @@ def _m(level: LevelResult, key: str) -> Any:
 
 def _lat(level: LevelResult, name: str, stat: str) -> Any:
     return level.metrics.latency(name, stat) if level.metrics else None
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def summary_json(summary: BenchSummary) -> str:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
+from glm5svc.atomic_file import write_atomic
 from glm5svc.bench.post_start import post_start_hook
 from glm5svc.config import load_config
 from glm5svc.errors import ConfigError, Glm5Error
@@ -80,13 +80,7 @@ def _write_secret_files(files: dict) -> None:
         path = Path(path)
         try:
             path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                handle.write(content)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, path)
+            write_atomic(path, content, mode=0o600)
         except OSError as exc:
             raise ConfigError(f"cannot write {path} for the server: {exc.strerror}") from None
 

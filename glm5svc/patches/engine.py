@@ -14,11 +14,11 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
+from glm5svc.atomic_file import write_atomic
 from glm5svc.errors import Glm5Error
 from glm5svc.patches.files import (
     Backup,
     PatchWriteError,
-    atomic_write,
     check_compiles,
     invalidate_pyc,
     sha256,
@@ -184,7 +184,7 @@ def apply_patch(result: PatchResult, install: SglangInstall) -> PatchResult:
     backup = Backup(path, result.patch.id)
     backup.save(original, patched, variant=result.variant.id, sglang_version=install.version)
     try:
-        atomic_write(path, patched)
+        write_atomic(path, patched)
     except OSError as exc:
         backup.remove()
         raise PatchWriteError(f"{path}: could not write the patched file: {exc}") from None
@@ -206,7 +206,7 @@ def revert_patch(result: PatchResult, install: SglangInstall) -> PatchResult:
     if original is None:  # no usable backup: undo the edits, which restores the same bytes
         original = patched_text(result, current.decode("utf-8"), reverse=True).encode("utf-8")
     try:
-        atomic_write(path, original)
+        write_atomic(path, original)
     except OSError as exc:
         raise PatchWriteError(f"{path}: could not write the original back: {exc}") from None
     backup.remove()

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import subprocess
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from glm5svc.atomic_file import write_atomic
 from glm5svc.errors import Glm5Error
 
 BACKUP_SUFFIX = ".orig"
@@ -24,33 +23,6 @@ class PatchWriteError(Glm5Error):
 
 def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    """Replace `path` with `data`: temp file in the same directory, fsync, rename, fsync dir.
-    On any failure the old file is left as it was and the temp file is removed."""
-    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    tmp = Path(tmp_name)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        if path.exists():
-            os.chmod(tmp, path.stat().st_mode & 0o7777)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def invalidate_pyc(source: Path) -> list[Path]:
@@ -108,8 +80,8 @@ class Backup:
             "patched_sha256": sha256(patched),
             **facts,
         }
-        atomic_write(self.data_path, original)
-        atomic_write(self.manifest_path, (json.dumps(manifest, indent=2) + "\n").encode())
+        write_atomic(self.data_path, original)
+        write_atomic(self.manifest_path, (json.dumps(manifest, indent=2) + "\n").encode())
 
     def original_for(self, current: bytes) -> bytes | None:
         """The saved original, if this backup belongs to `current` (the file as we patched

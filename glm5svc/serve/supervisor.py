@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from glm5svc.atomic_file import write_atomic
 from glm5svc.config import Config
 from glm5svc.serve.diagnosis import EXIT_ENGINE_FAILED, diagnose, exit_status_for
 from glm5svc.serve.notify import Notifier, child_environment
@@ -427,12 +428,6 @@ class Supervisor:
         }
         path = self._last_run_path()
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-            with open(tmp, "w", encoding="utf-8") as handle:
-                json.dump(record, handle, indent=2)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, path)
+            write_atomic(path, json.dumps(record, indent=2))
         except OSError as exc:
             self.log(f"cannot record this run in {path}: {exc.strerror}", PRIORITY_WARNING)

@@ -9,8 +9,8 @@ import zipfile
 
 import pytest
 
+from glm5svc import atomic_file
 from glm5svc.patches import Verdict, nsa_fix_in_place, patch_report
-from glm5svc.patches import files as patch_files
 from glm5svc.patches.engine import (
     PatchWriteError,
     UnknownSourceError,
@@ -201,7 +201,7 @@ def test_failed_rename_leaves_the_original(make_site, monkeypatch):
             raise OSError(28, "No space left on device")
         return real_replace(src, dst)
 
-    monkeypatch.setattr(patch_files.os, "replace", failing_replace)
+    monkeypatch.setattr(atomic_file.os, "replace", failing_replace)
     with pytest.raises(PatchWriteError, match="could not write"):
         apply_patch(report.result(AUTOTUNE), report.install)
     assert snapshot(site) == before  # no temp file, no backup, same bytes
