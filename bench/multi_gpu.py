@@ -35,7 +35,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from glm5svc.atomic_file import write_atomic  # noqa: E402
+from bench.phases import run_phases, write_json  # noqa: E402
 
 UINT_MAX = 0xFFFFFFFF  # field-value scopeId meaning "summed over all links"
 NVLINK_FIELDS = {
@@ -393,10 +393,6 @@ def allreduce_phase(label: str, extra_env: dict, args, logs: Path | None) -> dic
 # -- report --------------------------------------------------------------------------------
 
 
-def write_json(path: Path, data: dict) -> None:
-    write_atomic(path, json.dumps(data, indent=2, default=str))
-
-
 def report(result: dict) -> None:
     env = result["environment"]
     print(
@@ -466,16 +462,7 @@ def main(argv=None) -> int:
             lambda: allreduce_phase("no_p2p", {"NCCL_P2P_DISABLE": "1"}, args, args.logs),
         ),
     ]
-    failed = False
-    for name, phase in phases:
-        print(f"-- {name}", flush=True)
-        try:
-            result[name] = phase()
-        except Exception:  # keep the other phases' figures
-            failed = True
-            result[name] = {"error": traceback.format_exc()}
-            print(result[name]["error"], file=sys.stderr, flush=True)
-        write_json(args.out, result)
+    failed = run_phases(phases, result, args.out)
     try:
         report(result)
     except Exception:  # a missing figure must not hide the JSON

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import importlib.metadata
-import json
 import os
 import platform
 import sys
@@ -29,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import pynvml  # noqa: E402
 
-from glm5svc.atomic_file import write_atomic  # noqa: E402
+from bench.phases import run_phases  # noqa: E402
 from glm5svc.telemetry import PynvmlSource, Sampler  # noqa: E402
 from glm5svc.telemetry.nvml import (  # noqa: E402
     FI_PCIE_COUNT_RX_BYTES,
@@ -352,10 +351,6 @@ def environment(devices) -> dict:
     }
 
 
-def write_json(path: Path, data: dict) -> None:
-    write_atomic(path, json.dumps(data, indent=2, default=str))
-
-
 def fmt_us(stat: dict) -> str:
     if "error" in stat:
         return f"error: {stat['error']}"
@@ -454,6 +449,12 @@ def main(argv=None) -> int:
     parser.add_argument("--matmul-size", type=int, default=8192)
     parser.add_argument("--skip-torch", action="store_true", help="cost figures only")
     args = parser.parse_args(argv)
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as exc:
+        print(f"bench/telemetry.py needs an NVIDIA GPU and driver: {exc}", file=sys.stderr)
+        return 69
+    pynvml.nvmlShutdown()
 
     torch = None
     if not args.skip_torch:
@@ -480,18 +481,12 @@ def main(argv=None) -> int:
                 lambda: matmul_power(torch, devices, args.matmul_seconds, args.matmul_size),
             )
         )
-    failed = False
-    for name, phase in phases:
-        print(f"-- {name}", flush=True)
-        try:
-            result[name] = phase()
-        except Exception:  # keep the other phases' figures
-            failed = True
-            result[name] = {"error": traceback.format_exc()}
-            print(result[name]["error"], file=sys.stderr, flush=True)
-        if name == "sampler_cost" and "error" not in result[name]:
-            result["naive_sample_cost_us"] = naive_cost(result)
-        write_json(args.out, result)
+
+    def add_naive_cost(name: str, figures: dict) -> None:
+        if name == "sampler_cost" and "error" not in figures[name]:
+            figures["naive_sample_cost_us"] = naive_cost(figures)
+
+    failed = run_phases(phases, result, args.out, after=add_naive_cost)
     report(result)
     print(f"\nwrote {args.out}")
     return 1 if failed else 0
