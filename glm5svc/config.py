@@ -204,6 +204,22 @@ class Config(Section):
         return self
 
 
+def read_api_key(key_file: Path | None) -> str | None:
+    """The key in server.api_key_file (None when unset); ConfigError if unreadable or empty."""
+    if key_file is None:
+        return None
+    try:
+        key = Path(key_file).read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise ConfigError(
+            f"server.api_key_file: cannot read {key_file}: {exc.strerror}; create it "
+            "(one line, the key) readable by the service, or set api_key_file: null"
+        ) from None
+    if not key:
+        raise ConfigError(f"server.api_key_file: {key_file} is empty; put the API key in it")
+    return key
+
+
 def resolve_config_path(cli_path: str | os.PathLike | None) -> Path:
     """--config wins, then $GLM5SVC_CONFIG, then /etc/glm5/glm5.yaml."""
     if cli_path:

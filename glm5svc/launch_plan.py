@@ -11,7 +11,7 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from glm5svc.config import Config
+from glm5svc.config import Config, read_api_key
 from glm5svc.errors import ConfigError
 from glm5svc.gpus import GpuFacts, detect_gpus
 from glm5svc.profiles import StackProfile, load_profile
@@ -316,18 +316,9 @@ def _radix_cache(mode: str, nsa_fix: bool | None, plan: LaunchPlan) -> list[Plan
 
 
 def _add_api_key(config: Config, plan: LaunchPlan) -> None:
-    key_file = config.server.api_key_file
-    if key_file is None:
+    key = read_api_key(config.server.api_key_file)
+    if key is None:
         return
-    try:
-        key = key_file.read_text(encoding="utf-8").strip()
-    except OSError as exc:
-        raise ConfigError(
-            f"server.api_key_file: cannot read {key_file}: {exc.strerror}; create it "
-            "(one line, the key) readable by the service, or set api_key_file: null"
-        ) from None
-    if not key:
-        raise ConfigError(f"server.api_key_file: {key_file} is empty; put the API key in it")
     plan.secret_files[DEFAULT_SECRETS_FILE] = f"api-key: {key}\n"
     plan.entries.append(
         _flag(

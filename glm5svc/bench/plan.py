@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
-from pathlib import Path
 from typing import Any
 
+from glm5svc.config import read_api_key
 from glm5svc.errors import ConfigError
 
 
@@ -84,18 +84,3 @@ def plan_from_config(config, ladder: list[int] | None = None, **overrides: Any) 
         api_key=read_api_key(server.api_key_file),
     )
     return plan.with_overrides(**overrides)
-
-
-def read_api_key(path: Path | None) -> str | None:
-    if path is None:
-        return None
-    try:
-        key = Path(path).read_text(encoding="utf-8").strip()
-    except OSError as exc:
-        raise ConfigError(
-            f"server.api_key_file {path}: cannot read it ({exc.strerror}); "
-            "fix the path or its permissions"
-        ) from None
-    if not key:
-        raise ConfigError(f"server.api_key_file {path}: the file is empty; put the key in it")
-    return key

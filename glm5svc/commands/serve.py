@@ -6,7 +6,7 @@ from pathlib import Path
 
 from glm5svc.atomic_file import write_atomic
 from glm5svc.bench.post_start import post_start_hook
-from glm5svc.config import load_config
+from glm5svc.config import load_config, read_api_key
 from glm5svc.errors import ConfigError, Glm5Error
 from glm5svc.launch_plan import plan_for_service
 from glm5svc.preflight import run_preflight
@@ -49,7 +49,7 @@ def run(args) -> int:
         plan_summary=plan.summary(),
         plan_warnings=list(plan.warnings),
         post_ready_hook=post_start_hook if config.benchmark.post_start.enabled else None,
-        api_key=_api_key(config),
+        api_key=read_api_key(config.server.api_key_file),
         telemetry_sampler=sampler,
     )
     holder["supervisor"] = supervisor
@@ -83,16 +83,6 @@ def _write_secret_files(files: dict) -> None:
             write_atomic(path, content, mode=0o600)
         except OSError as exc:
             raise ConfigError(f"cannot write {path} for the server: {exc.strerror}") from None
-
-
-def _api_key(config) -> str | None:
-    key_file = config.server.api_key_file
-    if key_file is None:
-        return None
-    try:
-        return Path(key_file).read_text(encoding="utf-8").strip() or None
-    except OSError:
-        return None
 
 
 def _start_listener(config, supervisor, sampler, sink) -> HealthListener:

@@ -110,3 +110,15 @@ def test_validate_command_exits_78_with_messages(tmp_path):
     assert result.returncode == 78
     assert "tuning.mem_fraction_static" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_api_key_file_is_read_once_for_everyone(tmp_path):
+    from glm5svc.config import read_api_key
+
+    key = tmp_path / "key"
+    key.write_text("  sk-1\n")
+    assert read_api_key(key) == "sk-1"
+    assert read_api_key(None) is None
+    key.write_text("\n")
+    with pytest.raises(ConfigError, match="is empty"):
+        read_api_key(key)
