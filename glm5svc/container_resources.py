@@ -9,10 +9,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from glm5svc.preflight import CheckRow, PreflightContext
+from glm5svc.checks import OK, UNKNOWN, WARN, CheckRow, PreflightContext
 
 MIN_CPUS_PER_GPU = 2  # a busy-polling TP rank each, plus tokenizer/detokenizer/JIT
 MIN_MEMORY_BYTES = 64 * 2**30  # 8 ranks' CUDA contexts and host buffers; reference had 256 GiB
@@ -155,8 +153,6 @@ def check_container_resources(
 
 
 def _cpu_row(limits: CgroupLimits, usable: list[int], wanted_gpus: int) -> CheckRow:
-    from glm5svc.preflight import OK, WARN, CheckRow
-
     count = len(usable)
     effective = min(count, limits.cpu_quota) if limits.cpu_quota is not None else count
     quota = f", quota {limits.cpu_quota:g} CPUs" if limits.cpu_quota is not None else ""
@@ -170,8 +166,6 @@ def _cpu_row(limits: CgroupLimits, usable: list[int], wanted_gpus: int) -> Check
 
 
 def _memory_row(limits: CgroupLimits) -> CheckRow:
-    from glm5svc.preflight import OK, UNKNOWN, WARN, CheckRow
-
     if limits.version is None:
         return CheckRow("container memory", UNKNOWN, "no cgroup memory limit readable")
     if limits.memory_max is None:
@@ -185,8 +179,6 @@ def _memory_row(limits: CgroupLimits) -> CheckRow:
 
 
 def _rlimit_row(limits: dict[str, tuple[str, str]]) -> CheckRow:
-    from glm5svc.preflight import OK, UNKNOWN, WARN, CheckRow
-
     if set(limits) != {"memlock", "nofile"}:
         return CheckRow("container rlimits", UNKNOWN, "/proc/self/limits unreadable")
     memlock, nofile = limits["memlock"], limits["nofile"]
@@ -205,8 +197,6 @@ def _rlimit_row(limits: dict[str, tuple[str, str]]) -> CheckRow:
 
 
 def _numa_row(placement: dict[int, list[int]], usable: list[int]) -> CheckRow:
-    from glm5svc.preflight import OK, UNKNOWN, WARN, CheckRow
-
     if not placement:
         return CheckRow("gpu numa placement", UNKNOWN, "GPUs' NUMA nodes not readable")
     own = set(usable)

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from glm5svc.preflight import CheckRow, PreflightContext
+from glm5svc.checks import FAIL, OK, CheckRow, PreflightContext
 
 INDEX_FILE = "model.safetensors.index.json"
 
@@ -53,8 +51,6 @@ def shard_problems(model_dir: Path) -> tuple[list[str], list[str], int]:
 
 
 def check_model_directory(ctx: PreflightContext) -> list[CheckRow]:
-    from glm5svc.preflight import FAIL, OK, CheckRow
-
     model_dir = ctx.config.model.path
     fix = f"download or finish downloading the checkpoint into {model_dir} (or fix model.path)"
     if not model_dir.is_dir():
@@ -86,8 +82,6 @@ def check_model_directory(ctx: PreflightContext) -> list[CheckRow]:
 
 
 def _shard_row(index_present, missing, empty, total, fix) -> CheckRow:
-    from glm5svc.preflight import FAIL, OK, CheckRow
-
     if not index_present:
         return CheckRow("model shards", FAIL, f"no {INDEX_FILE}: cannot tell the shards", fix)
     if missing or empty:

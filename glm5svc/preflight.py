@@ -12,25 +12,21 @@ import re
 import resource
 import shutil
 import subprocess
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from glm5svc.checks import FAIL, OK, UNKNOWN, WARN, Check, CheckRow, PreflightContext
 from glm5svc.config import Config
-from glm5svc.gpus import GpuFacts, parse_compute_capability, read_nvml_facts
+from glm5svc.container_resources import check_container_resources
+from glm5svc.gpus import parse_compute_capability, read_nvml_facts
+from glm5svc.model_check import check_model_directory
+from glm5svc.patches.preflight import check_stack_and_patches
+from glm5svc.profiles import load_profile
+from glm5svc.topology import TopologyError, assess, read_topology
 
-OK, WARN, FAIL, UNKNOWN = "ok", "warn", "fail", "unknown"
 UVM_HMM_PARAM = Path("/sys/module/nvidia_uvm/parameters/uvm_disable_hmm")
 MIN_NOFILE = 65536  # 1024 concurrent streams plus NCCL and shard files
 MIN_FREE_CACHE_BYTES = 20 * 2**30  # FlashInfer/Triton JIT caches and autotune results
-
-
-@dataclass(frozen=True)
-class CheckRow:
-    name: str
-    status: str
-    detail: str
-    fix: str = ""
 
 
 @dataclass
@@ -61,16 +57,6 @@ def _counts(rows: list[CheckRow]) -> str:
     return ", ".join(f"{sum(r.status == s for r in rows)} {s}" for s in order)
 
 
-Check = Callable[["PreflightContext"], list[CheckRow]]
-
-
-@dataclass
-class PreflightContext:
-    config: Config
-    gpus: GpuFacts | None
-    nvml_error: str | None
-
-
 def run_preflight(config: Config, checks: list[Check] | None = None) -> PreflightReport:
     try:
         gpus, error = read_nvml_facts(), None
@@ -87,10 +73,6 @@ def run_preflight(config: Config, checks: list[Check] | None = None) -> Prefligh
 
 
 def default_checks() -> list[Check]:
-    from glm5svc.container_resources import check_container_resources
-    from glm5svc.model_check import check_model_directory
-    from glm5svc.patches.preflight import check_stack_and_patches
-
     return [
         check_driver,
         check_gpu_count,
@@ -174,16 +156,11 @@ def check_compute_capability(ctx: PreflightContext) -> list[CheckRow]:
 
 def check_gpu_topology(ctx: PreflightContext) -> list[CheckRow]:
     """Link types (topo -m) and P2P reads (topo -p2p r) per GPU pair, and NCCL's transport."""
-    from glm5svc.topology import TopologyError, assess, read_topology
-
     try:
         topo, p2p = read_topology()
-        findings = assess(
-            topo, p2p, ctx.config.gpus.nccl_p2p_level, ctx.config.gpus.visible_devices
-        )
+        return assess(topo, p2p, ctx.config.gpus.nccl_p2p_level, ctx.config.gpus.visible_devices)
     except TopologyError as exc:
         return [CheckRow("gpu topology", UNKNOWN, str(exc))]
-    return [CheckRow(f.name, f.status, f.detail, f.fix) for f in findings]
 
 
 def _sm(capability: tuple[int, int]) -> str:
@@ -226,8 +203,6 @@ def check_uvm_device(ctx: PreflightContext, path: Path = Path("/dev/nvidia-uvm")
 
 
 def check_cuda_toolkit(ctx: PreflightContext) -> list[CheckRow]:
-    from glm5svc.profiles import load_profile
-
     profile = load_profile(ctx.config.server.profile)
     home = Path(ctx.config.server.cuda_home or profile.cuda_home)
     nvcc = home / "bin" / "nvcc"

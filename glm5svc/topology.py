@@ -1,7 +1,7 @@
 """GPU topology from `nvidia-smi topo -m` and `nvidia-smi topo -p2p r`, and what NCCL makes of it.
 
 Parsing is separate from reading so that tests feed recorded outputs. `assess()` turns the
-two matrices into findings (status, name, detail, fix) that preflight shows as rows.
+two matrices into the check rows that preflight shows.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import combinations
 
-OK, WARN, FAIL, UNKNOWN = "ok", "warn", "fail", "unknown"
+from glm5svc.checks import OK, UNKNOWN, WARN, CheckRow
 
 ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
 GPU_LABEL = re.compile(r"^GPU(\d+)$")
@@ -69,14 +69,6 @@ class PairReport:
     @property
     def pair(self) -> str:
         return f"GPU{self.a}-GPU{self.b}"
-
-
-@dataclass(frozen=True)
-class Finding:
-    name: str
-    status: str
-    detail: str
-    fix: str = ""
 
 
 def strip_ansi(text: str) -> str:
@@ -160,8 +152,8 @@ def assess(
     p2p_text: str | None,
     nccl_p2p_level: str = "SYS",
     devices: list[int] | None = None,
-) -> list[Finding]:
-    """Findings for the GPU pairs among `devices` (all GPUs when None). Raises TopologyError."""
+) -> list[CheckRow]:
+    """Rows for the GPU pairs among `devices` (all GPUs when None). Raises TopologyError."""
     links = parse_gpu_matrix(topo_text, "nvidia-smi topo -m")
     p2p = parse_gpu_matrix(p2p_text, "nvidia-smi topo -p2p r") if p2p_text else None
     gpus = links.gpus if devices is None else [g for g in devices if g in links.gpus]
@@ -170,7 +162,7 @@ def assess(
         raise TopologyError(f"GPUs {missing} are not in nvidia-smi topo -m (GPUs {links.gpus})")
     if len(gpus) < 2:
         return [
-            Finding(
+            CheckRow(
                 "gpu topology",
                 WARN,
                 f"{len(gpus)} GPU: nothing to check (no GPU pairs)",
@@ -181,10 +173,10 @@ def assess(
         pair_report(links.cell(a, b), p2p.cell(a, b) if p2p else "?", a, b, nccl_p2p_level)
         for a, b in combinations(gpus, 2)
     ]
-    findings = [Finding("gpu topology", OK, _link_summary(pairs, links, gpus))]
-    findings.append(_p2p_finding(pairs, p2p is not None))
-    findings.append(_nccl_finding(pairs, nccl_p2p_level))
-    return findings
+    rows = [CheckRow("gpu topology", OK, _link_summary(pairs, links, gpus))]
+    rows.append(_p2p_row(pairs, p2p is not None))
+    rows.append(_nccl_row(pairs, nccl_p2p_level))
+    return rows
 
 
 def _link_summary(pairs: list[PairReport], links: GpuMatrix, gpus: list[int]) -> str:
@@ -200,9 +192,9 @@ def _link_summary(pairs: list[PairReport], links: GpuMatrix, gpus: list[int]) ->
     return text + (f"; {affinity}" if affinity else "")
 
 
-def _p2p_finding(pairs: list[PairReport], read: bool) -> Finding:
+def _p2p_row(pairs: list[PairReport], read: bool) -> CheckRow:
     if not read:
-        return Finding(
+        return CheckRow(
             "gpu p2p read",
             UNKNOWN,
             "nvidia-smi topo -p2p r gave no matrix: P2P support not known",
@@ -210,13 +202,13 @@ def _p2p_finding(pairs: list[PairReport], read: bool) -> Finding:
         )
     bad = [p for p in pairs if p.p2p != "OK"]
     if not bad:
-        return Finding("gpu p2p read", OK, f"all {len(pairs)} pairs OK (topo -p2p r)")
+        return CheckRow("gpu p2p read", OK, f"all {len(pairs)} pairs OK (topo -p2p r)")
     groups = _group(bad, lambda p: p.p2p)
     parts = [
         f"{status} ({P2P_STATUS_MEANING.get(status, '?')}): {_pairs_text(ps)}"
         for status, ps in groups.items()
     ]
-    return Finding(
+    return CheckRow(
         "gpu p2p read",
         WARN,
         f"{len(bad)} of {len(pairs)} pairs without P2P read: " + "; ".join(parts),
@@ -224,12 +216,12 @@ def _p2p_finding(pairs: list[PairReport], read: bool) -> Finding:
     )
 
 
-def _nccl_finding(pairs: list[PairReport], level: str) -> Finding:
+def _nccl_row(pairs: list[PairReport], level: str) -> CheckRow:
     slow = [p for p in pairs if p.transport in ("host memory", "unknown")]
     transports = _group(pairs, lambda p: p.transport)
     summary = ", ".join(f"{t} x{len(ps)}" for t, ps in transports.items())
     if not slow:
-        return Finding("nccl transport", OK, f"NCCL_P2P_LEVEL {level}: {summary}")
+        return CheckRow("nccl transport", OK, f"NCCL_P2P_LEVEL {level}: {summary}")
     first = slow[0]
     lines = [f"{first.reason}: NCCL falls back to host memory (SHM)"]
     if len(slow) > 1:
@@ -239,7 +231,7 @@ def _nccl_finding(pairs: list[PairReport], level: str) -> Finding:
     else:
         needed = max((nccl_level_for(p.link) or "SYS" for p in slow), key=NCCL_LEVEL_ORDER.index)
         fix = f"set gpus.nccl_p2p_level: {needed} (NCCL_P2P_LEVEL) if topo -p2p r says OK"
-    return Finding("nccl transport", WARN, "; ".join(lines) + f" ({summary})", fix)
+    return CheckRow("nccl transport", WARN, "; ".join(lines) + f" ({summary})", fix)
 
 
 def _group(pairs: list[PairReport], key: Callable[[PairReport], str]) -> dict[str, list]:

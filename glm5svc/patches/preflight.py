@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
+from glm5svc.checks import FAIL, OK, WARN, CheckRow, PreflightContext
 from glm5svc.errors import Glm5Error
 from glm5svc.patches.engine import PatchResult, Verdict
 from glm5svc.patches.report import patch_report
-from glm5svc.preflight import FAIL, OK, WARN, CheckRow
 from glm5svc.profiles import StackProfile, load_profile
 
 APPLY = "glm5svc patch apply"
 
 
-def check_stack_and_patches(ctx) -> list[CheckRow]:
+def check_stack_and_patches(ctx: PreflightContext) -> list[CheckRow]:
     """The preflight check: rows for the service venv's sglang (ctx.config.server.python)."""
     config = ctx.config
     try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from glm5svc.checks import OK, UNKNOWN, WARN, PreflightContext
 from glm5svc.config import config_from_mapping
 from glm5svc.container_resources import (
     check_container_resources,
@@ -11,7 +12,7 @@ from glm5svc.container_resources import (
     read_cgroup_limits,
     read_proc_limits,
 )
-from glm5svc.preflight import OK, UNKNOWN, WARN, PreflightContext, default_checks
+from glm5svc.preflight import default_checks
 
 NODE0, NODE1 = "0-31,64-95", "32-63,96-127"
 LIMITS_GOOD = """Limit                     Soft Limit           Hard Limit           Units

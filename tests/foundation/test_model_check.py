@@ -6,9 +6,9 @@ import json
 
 import pytest
 
+from glm5svc.checks import FAIL, OK, PreflightContext
 from glm5svc.config import config_from_mapping
 from glm5svc.model_check import check_model_directory
-from glm5svc.preflight import FAIL, OK, PreflightContext
 
 
 def make_checkpoint(root, shards=3, quant=True, drop=None, empty=None):

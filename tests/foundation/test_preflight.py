@@ -8,14 +8,10 @@ import sys
 
 import pytest
 
+from glm5svc.checks import FAIL, OK, UNKNOWN, WARN, PreflightContext
 from glm5svc.config import Config, config_from_mapping
 from glm5svc.gpus import GpuFacts
 from glm5svc.preflight import (
-    FAIL,
-    OK,
-    UNKNOWN,
-    WARN,
-    PreflightContext,
     check_compute_capability,
     check_gpu_count,
     check_uvm_device,

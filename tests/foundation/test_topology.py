@@ -6,15 +6,9 @@ import subprocess
 
 import pytest
 
+from glm5svc.checks import OK, UNKNOWN, WARN, PreflightContext
 from glm5svc.config import Config, config_from_mapping
-from glm5svc.preflight import (
-    OK,
-    UNKNOWN,
-    WARN,
-    PreflightContext,
-    check_gpu_topology,
-    default_checks,
-)
+from glm5svc.preflight import check_gpu_topology, default_checks
 from glm5svc.topology import (
     TopologyError,
     assess,

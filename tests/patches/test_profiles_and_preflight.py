@@ -11,13 +11,13 @@ import yaml
 from packaging.requirements import Requirement
 
 from glm5svc import profiles
+from glm5svc.checks import FAIL, OK, WARN, PreflightContext
 from glm5svc.config import Config
 from glm5svc.errors import ConfigError
 from glm5svc.patches import nsa_fix_in_place, patch_report
 from glm5svc.patches.engine import apply_patch
 from glm5svc.patches.preflight import check_stack_and_patches, preflight_rows
 from glm5svc.patches.spec import PatchDataError, load_patches
-from glm5svc.preflight import FAIL, OK, WARN, PreflightContext
 from glm5svc.profiles import StackProfile, load_profile, pinned_requirements
 
 from .conftest import sglang_wheel
