@@ -1,15 +1,17 @@
 """Wall-time overhead of `glm5svc bench` over bare `sglang.bench_serving`, one level.
 
-Both run the same bench_serving (sglang 0.5.9, the tests' venv) with the same arguments
-against the same test engine, alternately, several times; the figure is the difference of
-the medians over the bare median. Goal: <= 3 %.
+Both run the same bench_serving (sglang 0.5.9, testkit's bench venv) with the same
+arguments against the same test engine, alternately, several times; the figure is the
+difference of the medians over the bare median. Goal: <= 3 %.
 
     .venv/bin/python bench/overhead.py [--rounds 5] [--concurrency 32] [--prompts 256]
+    .venv/bin/python bench/overhead.py --short     (one small round: CI checks it still runs)
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import subprocess
 import sys
@@ -22,12 +24,8 @@ sys.path.insert(0, str(REPO))
 
 from glm5svc.bench.plan import BenchPlan  # noqa: E402
 from glm5svc.bench.runner import bench_serving_command, bench_serving_env  # noqa: E402
-from tests.bench.conftest import (  # noqa: E402
-    TOKENIZER_SCRIPT,
-    VENVS,
-    build_bench_serving_venv,
-    start_engine,
-)
+from testkit.bench_venv import build_bench_serving_venv, make_tokenizer  # noqa: E402
+from testkit.engine import start_engine  # noqa: E402
 
 
 def timed(command: list[str], env: dict | None = None) -> float:
@@ -38,18 +36,23 @@ def timed(command: list[str], env: dict | None = None) -> float:
     return time.perf_counter() - started
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--prompts", type=int, default=256)
     parser.add_argument("--input-len", type=int, default=128)
     parser.add_argument("--output-len", type=int, default=64)
-    args = parser.parse_args()
-    python = str(build_bench_serving_venv(VENVS / "sglang-0.5.9-bench"))
+    parser.add_argument(
+        "--short", action="store_true", help="1 round of 16 prompts at concurrency 4, 32/16 tokens"
+    )
+    args = parser.parse_args(argv)
+    if args.short:
+        args.rounds, args.concurrency, args.prompts = 1, 4, 16
+        args.input_len, args.output_len = 32, 16
+    python = str(build_bench_serving_venv())
     work = Path(tempfile.mkdtemp(prefix="glm5-overhead-"))
-    tokenizer = work / "tokenizer"
-    subprocess.run([python, "-c", TOKENIZER_SCRIPT, str(tokenizer)], check=True)
+    tokenizer = make_tokenizer(python, work / "tokenizer")
     engine = start_engine(work / "engine.log")
     try:
         plan = BenchPlan(
@@ -59,7 +62,7 @@ def main() -> None:
         )  # fmt: skip
         bare = bench_serving_command(plan, args.concurrency, args.prompts, work / "bare.jsonl")
         ours = [
-            str(REPO / ".venv" / "bin" / "glm5svc"), "bench",
+            sys.executable, "-m", "glm5svc", "bench",
             "--ladder", str(args.concurrency), "--num-prompts", str(args.prompts),
             "--input-len", str(args.input_len), "--output-len", str(args.output_len),
             "--warmup-requests", "4", "--base-url", engine.base_url, "--python", python,
@@ -67,13 +70,15 @@ def main() -> None:
             "--results-dir", str(work / "results"), "--json",
         ]  # fmt: skip
         env = bench_serving_env(plan)
-        timed(bare, env)  # warm caches once
+        if not args.short:
+            timed(bare, env)  # warm caches once
         bare_s, ours_s = [], []
         for _ in range(args.rounds):
             bare_s.append(timed(bare, env))
             ours_s.append(timed(ours, {**env, "GLM5SVC_CONFIG": str(work / "none.yaml")}))
     finally:
         engine.stop()
+        shutil.rmtree(work, ignore_errors=True)
     b, o = statistics.median(bare_s), statistics.median(ours_s)
     print(f"level: concurrency {args.concurrency}, {args.prompts} prompts, "
           f"{args.input_len}/{args.output_len} tokens, {args.rounds} rounds each")  # fmt: skip

@@ -19,6 +19,6 @@ $pip --no-deps "sglang==$version"
 # The PyPI torchvision is a CUDA build that fails beside CPU torch; sglang only needs
 # the import to succeed for its parser, so a stand-in module is enough.
 site=$("$dest/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-cp -r "$(dirname "$0")/../tests/support/torchvision_stand_in" "$site/torchvision"
+cp -r "$(dirname "$0")/../testkit/torchvision_stand_in" "$site/torchvision"
 "$dest/bin/python" -c 'from sglang.srt.server_args import ServerArgs'
 touch "$dest/.complete-$version"

@@ -12,7 +12,7 @@ from glm5svc.bench import BenchPlan, Judgement, run_benchmark
 from glm5svc.bench.runner import RAW_LINES_FILE
 from glm5svc.cli import main
 from glm5svc.telemetry import Sampler
-from tests.bench.fake_gpus import SteadyGpus
+from testkit.fake_gpus import SteadyGpus
 
 LADDER = (4, 8, 16, 32)
 

@@ -17,14 +17,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from testkit.engine import TEST_ENGINE, free_port
+
 REPO = Path(__file__).resolve().parents[2]
-TEST_ENGINE = REPO / "tests" / "support" / "sglang_test_engine.py"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def write_config(tmp_path: Path, mode: str, **service) -> Path:

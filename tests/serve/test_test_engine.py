@@ -11,7 +11,7 @@ import time
 import aiohttp
 import pytest
 
-from tests.serve.conftest import TEST_ENGINE, free_port
+from testkit.engine import TEST_ENGINE, free_port
 
 
 @pytest.fixture

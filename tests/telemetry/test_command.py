@@ -1,13 +1,13 @@
 import json
 import sys
 
-import fake_pynvml
 import pynvml
 from rich.console import Console
 
 from glm5svc.cli import main
 from glm5svc.telemetry import PynvmlSource, Sampler
 from glm5svc.telemetry.view import render
+from testkit import fake_pynvml
 
 
 def test_once_json_prints_every_gpu(monkeypatch, capsys):

@@ -1,8 +1,8 @@
-import fake_pynvml
 import pynvml
 import pytest
 
 from glm5svc.telemetry import PynvmlSource, Sampler
+from testkit import fake_pynvml
 
 
 @pytest.mark.parametrize(

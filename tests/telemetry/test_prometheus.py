@@ -1,9 +1,9 @@
-import fake_pynvml
 import pynvml
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from glm5svc.telemetry import PynvmlSource, Sampler, register_gpu_collector
+from testkit import fake_pynvml
 
 
 def scrape(sampler):

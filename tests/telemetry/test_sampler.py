@@ -1,8 +1,8 @@
-import fake_pynvml
 import pytest
 
 from glm5svc.telemetry import PynvmlSource, Sampler
 from glm5svc.telemetry.decoding import PCIE_COUNTER_MODULUS
+from testkit import fake_pynvml
 
 
 class Clock:

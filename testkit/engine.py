@@ -1,0 +1,68 @@
+"""Start the test engine (testkit/sglang_test_engine.py) on a free local port."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+TEST_ENGINE = Path(__file__).resolve().parent / "sglang_test_engine.py"
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listened on a moment ago."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_healthy(base_url: str, proc: subprocess.Popen, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"test engine exited with {proc.returncode}")
+        try:
+            with urllib.request.urlopen(base_url + "/health", timeout=2) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.1)
+    raise RuntimeError("test engine did not become healthy")
+
+
+class EngineHandle:
+    def __init__(self, proc: subprocess.Popen, base_url: str):
+        self.proc = proc
+        self.base_url = base_url
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def start_engine(log_path: Path, *extra: str) -> EngineHandle:
+    """The test engine serving model "glm-5" after a 0.1 s load; its log goes to log_path."""
+    port = free_port()
+    command = [
+        sys.executable, str(TEST_ENGINE), "--host", "127.0.0.1", "--port", str(port),
+        "--served-model-name", "glm-5", "--test-mode", "load=0.1", *extra,
+    ]  # fmt: skip
+    with open(log_path, "w") as log:  # the child keeps its own descriptor
+        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    handle = EngineHandle(proc, f"http://127.0.0.1:{port}")
+    try:
+        wait_healthy(handle.base_url, proc)
+    except BaseException:
+        handle.stop()
+        raise
+    return handle
