@@ -20,9 +20,12 @@ REPO = Path(__file__).resolve().parents[2]
 WHEELS = REPO / ".cache" / "wheels"
 SITES = REPO / ".cache" / "sglang-sites"
 
-# 0.5.6: before the autotune list; 0.5.7: first with it; 0.5.9-0.5.12.post1: nsa names;
-# 0.5.13: dsa names, autotune fixed upstream; 0.5.23: newest checked (runner/ module, get_exec).
-VERSIONS = ["0.5.6", "0.5.7", "0.5.9", "0.5.10.post1", "0.5.12.post1", "0.5.13", "0.5.23"]
+# 0.5.6: before the autotune list; 0.5.7: first with it; 0.5.9-0.5.12.post1: nsa names
+# (0.5.11: the cu130 stack, a platform wheel); 0.5.13: dsa names, autotune fixed upstream;
+# 0.5.23: newest checked (runner/ module, get_exec).
+VERSIONS = [
+    "0.5.6", "0.5.7", "0.5.9", "0.5.10.post1", "0.5.11", "0.5.12.post1", "0.5.13", "0.5.23"
+]  # fmt: skip
 
 
 def sglang_wheel(version: str) -> Path:

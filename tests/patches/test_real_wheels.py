@@ -33,11 +33,12 @@ EXPECTED = {
     "0.5.7": {AUTOTUNE: (N, "model-runner-list"), NSA: (A, None)},
     "0.5.9": {AUTOTUNE: (N, "model-runner-list"), NSA: (N, "nsa")},
     "0.5.10.post1": {AUTOTUNE: (N, "model-runner-list"), NSA: (N, "nsa")},
+    "0.5.11": {AUTOTUNE: (N, "model-runner-list"), NSA: (N, "nsa")},
     "0.5.12.post1": {AUTOTUNE: (N, "model-runner-list"), NSA: (N, "nsa")},
     "0.5.13": {AUTOTUNE: (U, None), NSA: (N, "dsa")},
     "0.5.23": {AUTOTUNE: (U, None), NSA: (N, "dsa-exec")},
 }
-PATCHABLE = ["0.5.7", "0.5.9", "0.5.10.post1", "0.5.12.post1", "0.5.13", "0.5.23"]
+PATCHABLE = ["0.5.7", "0.5.9", "0.5.10.post1", "0.5.11", "0.5.12.post1", "0.5.13", "0.5.23"]
 
 
 def verdicts(site):
