@@ -59,9 +59,16 @@ PER_WAVE = 16
 MAX_NEW_TOKENS = 8
 VOCAB = 2048
 CHUNKED_PREFIX_THRESHOLD = 8192
+# (prefill, decode). One trtllm keeps the KV pool in the plain 576-wide MLA layout that
+# FlashInfer reads, while forward_mha's guard (both trtllm) stays false. Neither NSA
+# kernel runs: the attention backend is flashinfer. ("trtllm", "trtllm"), the reference
+# deployment's flags, is guarded in 0.5.11 and must not crash.
+NSA_BACKENDS = ("flashmla_kv", "trtllm")
 
 
-def server_flags(model_dir: Path, port: int) -> list[str]:
+def server_flags(
+    model_dir: Path, port: int, nsa_backends: tuple[str, str] = NSA_BACKENDS
+) -> list[str]:
     """The launch_server arguments (after `-m sglang.launch_server`)."""
     return [
         "--model-path", str(model_dir),
@@ -77,11 +84,8 @@ def server_flags(model_dir: Path, port: int) -> list[str]:
         # FlashInfer MLA (no FA3 needed) owns the metadata: its PrefillMetadata has no
         # page_table_1_flattened, as in the reference deployment.
         "--attention-backend", "flashinfer",
-        # One trtllm NSA backend keeps the KV pool in the plain 576-wide MLA layout
-        # FlashInfer reads, while forward_mha's guard (both trtllm) stays false. Neither
-        # NSA kernel runs: the attention backend is flashinfer.
-        "--nsa-prefill-backend", "flashmla_kv",
-        "--nsa-decode-backend", "trtllm",
+        "--nsa-prefill-backend", nsa_backends[0],
+        "--nsa-decode-backend", nsa_backends[1],
         "--page-size", "64",
         "--chunked-prefill-size", "8192",
         "--max-total-tokens", "131072",
@@ -133,7 +137,7 @@ SIGNATURES = [
     r"AttributeError: '\w+' object has no attribute 'page_table_1_flattened'",
     r"AssertionError: page_table_1_flattened should have been generated.*",
     r"(?:ImportError|ModuleNotFoundError|OSError): .*"
-    r"(?:flash_ops|flashmla_ops|deep_gemm|ninja|nvcc).*",
+    r"(?:FA3|flash_ops|flashmla_ops|deep_gemm|ninja|nvcc).*",
     r"torch\.OutOfMemoryError: .*",
     r"RuntimeError: CUDA error: .*",
 ]
@@ -427,6 +431,7 @@ def run(
     env: dict[str, str],
     port: int = 31000,
     budget_s: float = 420,
+    nsa_backends: tuple[str, str] = NSA_BACKENDS,
 ) -> dict:
     """Unpatched, then patched: did the engine crash, and with what.
 
@@ -436,7 +441,7 @@ def run(
     if wrong:
         raise ValueError(f"env must set {REQUIRED_ENV} (NVLink multicast off); got {wrong}")
     deadline = Deadline(budget_s - REVERT_RESERVE_S)
-    flags = server_flags(model_dir, port)
+    flags = server_flags(model_dir, port, nsa_backends)
     notes: list[str] = []
     result: dict = {
         "unpatched": None,
@@ -513,9 +518,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--port", type=int, default=31000)
     parser.add_argument("--budget", type=float, default=420)
+    parser.add_argument(
+        "--nsa-backends",
+        default=",".join(NSA_BACKENDS),
+        help="PREFILL,DECODE NSA backends (default %(default)s; trtllm,trtllm: the guarded case)",
+    )
     args = parser.parse_args(argv)
+    backends = tuple(args.nsa_backends.split(","))
+    if len(backends) != 2 or not all(backends):
+        parser.error(f"--nsa-backends takes PREFILL,DECODE, not {args.nsa_backends!r}")
     env = {**os.environ, **REQUIRED_ENV}
-    result = run(args.python, args.site, args.model_dir, args.out, env, args.port, args.budget)
+    result = run(
+        args.python, args.site, args.model_dir, args.out, env, args.port, args.budget, backends
+    )
     print(json.dumps(result, indent=2))
     return 0
 

@@ -78,6 +78,8 @@ def test_signature_of_other_failures_and_of_a_healthy_log():
     assert nsa.find_signature(healthy) is None
     missing = "Traceback (most recent call last):\nImportError: libfoo: flash_ops.abi3.so\n"
     assert nsa.find_signature(missing).startswith("ImportError: libfoo: flash_ops")
+    no_fa3 = "ImportError: Can not import FA3 in sgl_kernel. Please check your installation."
+    assert nsa.find_signature(f"x\n{no_fa3}\n") == no_fa3
     other = 'Traceback (most recent call last):\n  File "x.py"\nValueError: bad shape\n'
     assert nsa.find_signature(other) == "ValueError: bad shape"
     assert nsa.find_signature("Subprocess scheduler_0 (pid=9) crashed with exit code -9.")
@@ -92,6 +94,17 @@ def test_flags_carry_fp8_kv_and_radix_cache_on(tmp_path):
     assert "--disable-radix-cache" not in flags
     assert "--disable-chunked-prefix-cache" not in flags
     assert pairs["--load-format"] == "dummy" and pairs["--port"] == "31000"
+
+
+def test_nsa_backends_choose_the_guarded_case(tmp_path, capsys):
+    flags = nsa.server_flags(tmp_path, 31000, ("trtllm", "trtllm"))
+    assert flags[flags.index("--nsa-prefill-backend") + 1] == "trtllm"
+    assert flags[flags.index("--nsa-decode-backend") + 1] == "trtllm"
+    argv = ["--site", str(tmp_path), "--model-dir", str(tmp_path), "--out", str(tmp_path)]
+    with pytest.raises(SystemExit) as exit_info:
+        nsa.main([*argv, "--nsa-backends", "trtllm"])
+    assert exit_info.value.code == 2
+    assert "PREFILL,DECODE" in capsys.readouterr().err
 
 
 def test_run_refuses_an_env_with_nvlink_multicast_on(tmp_path):
