@@ -1,0 +1,108 @@
+"""Turns what a GPU-machine run brought back into recorded truth for the CPU tests.
+
+    scripts/gpu-lab record RUN_DIR [--name NAME]
+
+RUN_DIR holds results.json and recorded.tar.gz from `scripts/gpu-lab remote`. The real
+server's logs (timestamps from the run stripped), its /metrics text, bench_serving's
+output and the service's outputs go to tests/fixtures/real_engine/NAME/ with the run's
+results.json; the figures are printed as the Markdown tables of
+docs/performance-real-engine.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import tarfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURES = REPO / "tests" / "fixtures" / "real_engine"
+# The run prefixes each captured line with seconds since the process started.
+RUN_PREFIX = re.compile(r"^\s*\d+\.\d{3} ")
+MAX_LOG_BYTES = 400_000
+
+
+def strip_prefix(text: str) -> str:
+    return "".join(RUN_PREFIX.sub("", line, count=1) for line in text.splitlines(keepends=True))
+
+
+def keep_ends(text: str, limit: int = MAX_LOG_BYTES) -> str:
+    """Logs beyond the limit keep their start and end (where phases and failures are)."""
+    if len(text) <= limit:
+        return text
+    head, tail = text[: limit // 2], text[-limit // 2 :]
+    return head[: head.rfind("\n") + 1] + "[... cut by gpu-lab record ...]\n" + tail[tail.find("\n") + 1 :]
+
+
+def record(run_dir: Path, name: str) -> Path:
+    dest = FIXTURES / name
+    dest.mkdir(parents=True, exist_ok=True)
+    results = json.loads((run_dir / "results.json").read_text())
+    (dest / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    with tarfile.open(run_dir / "recorded.tar.gz") as tar:
+        for member in tar.getmembers():
+            if not member.isfile():
+                continue
+            text = tar.extractfile(member).read().decode(errors="replace")
+            target = dest / Path(member.name).name
+            if target.suffix == ".log":
+                text = keep_ends(strip_prefix(text))
+            target.write_text(text)
+    return dest
+
+
+def ratio_table(runs: list[dict]) -> list[str]:
+    rows = ["| concurrency | bare tok/s (median) | supervised tok/s (median) | ratio | runs each |"]
+    rows.append("|---|---|---|---|---|")
+    for concurrency in sorted({r["concurrency"] for r in runs}):
+        figures = {
+            target: [
+                r["total_throughput"]
+                for r in runs
+                if r["concurrency"] == concurrency and r["target"] == target and r.get("total_throughput")
+            ]
+            for target in ("bare", "serve")
+        }
+        if not (figures["bare"] and figures["serve"]):
+            continue
+        bare, serve = statistics.median(figures["bare"]), statistics.median(figures["serve"])
+        rows.append(
+            f"| {concurrency} | {bare:,.0f} | {serve:,.0f} | {serve / bare:.3f} | {len(figures['bare'])} |"
+        )
+    return rows
+
+
+def summary(results: dict) -> str:
+    machine = results.get("machine", {})
+    lines = [f"Run: {machine.get('date_utc')}, GPU {machine.get('gpus')}, "
+             f"sglang {machine.get('sglang')}, torch {machine.get('torch')}, "
+             f"flashinfer {machine.get('flashinfer_python')}, Python {machine.get('python')}", ""]  # fmt: skip
+    service = results.get("service", {})
+    if service.get("ratio_runs"):
+        lines += ratio_table(service["ratio_runs"]) + [""]
+    for key in ("start", "drain", "kill_scheduler", "bare_stop", "under_load", "error"):
+        if key in service:
+            lines.append(f"- {key}: {json.dumps(service[key], default=str)[:1500]}")
+    if "nsa" in results:
+        lines.append(f"- nsa: {json.dumps(results['nsa'], default=str)[:3000]}")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("run_dir", type=Path)
+    parser.add_argument("--name", help="fixture folder name (default: sglang-<version>-<date>)")
+    args = parser.parse_args()
+    results = json.loads((args.run_dir / "results.json").read_text())
+    machine = results.get("machine", {})
+    name = args.name or f"sglang-{machine.get('sglang', 'unknown')}-{str(machine.get('date_utc', ''))[:10]}"
+    dest = record(args.run_dir, name)
+    print(f"recorded into {dest.relative_to(REPO)}\n")
+    print(summary(results))
+
+
+if __name__ == "__main__":
+    main()
