@@ -34,7 +34,8 @@ def keep_ends(text: str, limit: int = MAX_LOG_BYTES) -> str:
     if len(text) <= limit:
         return text
     head, tail = text[: limit // 2], text[-limit // 2 :]
-    return head[: head.rfind("\n") + 1] + "[... cut by gpu-lab record ...]\n" + tail[tail.find("\n") + 1 :]
+    cut = "[... cut by gpu-lab record ...]\n"
+    return head[: head.rfind("\n") + 1] + cut + tail[tail.find("\n") + 1 :]
 
 
 def record(run_dir: Path, name: str) -> Path:
@@ -62,24 +63,29 @@ def ratio_table(runs: list[dict]) -> list[str]:
             target: [
                 r["total_throughput"]
                 for r in runs
-                if r["concurrency"] == concurrency and r["target"] == target and r.get("total_throughput")
+                if (r["concurrency"], r["target"]) == (concurrency, target)
+                and r.get("total_throughput")
             ]
             for target in ("bare", "serve")
         }
         if not (figures["bare"] and figures["serve"]):
             continue
         bare, serve = statistics.median(figures["bare"]), statistics.median(figures["serve"])
+        count = len(figures["bare"])
         rows.append(
-            f"| {concurrency} | {bare:,.0f} | {serve:,.0f} | {serve / bare:.3f} | {len(figures['bare'])} |"
+            f"| {concurrency} | {bare:,.0f} | {serve:,.0f} | {serve / bare:.3f} | {count} |"
         )
     return rows
 
 
 def summary(results: dict) -> str:
     machine = results.get("machine", {})
-    lines = [f"Run: {machine.get('date_utc')}, GPU {machine.get('gpus')}, "
-             f"sglang {machine.get('sglang')}, torch {machine.get('torch')}, "
-             f"flashinfer {machine.get('flashinfer_python')}, Python {machine.get('python')}", ""]  # fmt: skip
+    lines = [
+        f"Run: {machine.get('date_utc')}, GPU {machine.get('gpus')}, "
+        f"sglang {machine.get('sglang')}, torch {machine.get('torch')}, "
+        f"flashinfer {machine.get('flashinfer_python')}, Python {machine.get('python')}",
+        "",
+    ]
     service = results.get("service", {})
     if service.get("ratio_runs"):
         lines += ratio_table(service["ratio_runs"]) + [""]
@@ -98,7 +104,8 @@ def main() -> None:
     args = parser.parse_args()
     results = json.loads((args.run_dir / "results.json").read_text())
     machine = results.get("machine", {})
-    name = args.name or f"sglang-{machine.get('sglang', 'unknown')}-{str(machine.get('date_utc', ''))[:10]}"
+    day = str(machine.get("date_utc", ""))[:10]
+    name = args.name or f"sglang-{machine.get('sglang', 'unknown')}-{day}"
     dest = record(args.run_dir, name)
     print(f"recorded into {dest.relative_to(REPO)}\n")
     print(summary(results))

@@ -33,6 +33,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from lab.gpu import nsa_scenario
+
 REPO = Path(__file__).resolve().parents[2]
 LAB = REPO / ".gpu-lab"
 SITE = LAB / "site"
@@ -750,8 +752,6 @@ def _read(path: Path) -> str:
 
 
 def scenario_nsa(out: Path, env: dict[str, str], deadline: Deadline, results: dict) -> None:
-    from lab.gpu import nsa_scenario  # only this scenario needs it; the module may change freely
-
     results["nsa"] = nsa_scenario.run(
         python=sys.executable,
         site=SITE,
