@@ -46,6 +46,7 @@ STOP_GRACE_S = 30.0
 # for the final revert, so that run() ends within budget_s.
 STOP_RESERVE_S = STOP_GRACE_S + 15
 REVERT_RESERVE_S = 20.0
+PATCHED_PHASE_S = 150.0
 
 # sglang 0.5.11 takes the MHA one-shot path for a prefill batch whose summed cached
 # prefix is >= SGLANG_CHUNKED_PREFIX_CACHE_THRESHOLD (default 8192) and whose summed
@@ -474,8 +475,9 @@ def run(
         elif _verdict(status) != "not_applied":
             notes.append(f"patch status: {json.dumps(status)[:2000]}")
 
-        # The first start compiles (FlashInfer JIT, triton); the second reuses the caches.
-        first = Deadline(max(deadline.left() * 0.6, min(deadline.left() - 60, 60)))
+        # The first start compiles (FlashInfer JIT, triton); the second reuses the on-disk
+        # caches and needs about PATCHED_PHASE_S (start, workload, stop).
+        first = Deadline(max(deadline.left() * 0.6, deadline.left() - PATCHED_PHASE_S))
         result["unpatched"] = run_phase(
             "unpatched", python, flags, run_env, port, out, work, _earlier(first, deadline), notes
         )
