@@ -47,6 +47,7 @@ STOP_GRACE_S = 30.0
 STOP_RESERVE_S = STOP_GRACE_S + 15
 REVERT_RESERVE_S = 20.0
 PATCHED_PHASE_S = 150.0
+SETTLE_S = 3.0  # after the workload, for a dying scheduler to write its traceback
 
 # sglang 0.5.11 takes the MHA one-shot path for a prefill batch whose summed cached
 # prefix is >= SGLANG_CHUNKED_PREFIX_CACHE_THRESHOLD (default 8192) and whose summed
@@ -230,7 +231,7 @@ class Server:
                 return True
             if not self.alive():
                 return False
-            time.sleep(1.0)
+            time.sleep(0.5)
         return False
 
     def group_alive(self) -> bool:
@@ -371,7 +372,7 @@ def run_phase(
         result["start_seconds"] = round(time.monotonic() - t0, 1)
         if result["started"]:
             result.update(drive(server, port, work, waits))
-            time.sleep(3)  # let a dying scheduler write its traceback
+            time.sleep(SETTLE_S)
         else:
             result["requests_failed"] = work.requests
             why = "exited" if not server.alive() else "was not ready before the deadline"

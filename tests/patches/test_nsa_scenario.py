@@ -157,7 +157,8 @@ server.serve_forever()
 
 
 @pytest.mark.slow  # the real sglang 0.5.11 wheel
-def test_whole_run_crashes_unpatched_finishes_patched_and_reverts(make_site, tmp_path):
+def test_whole_run_crashes_unpatched_finishes_patched_and_reverts(make_site, tmp_path, monkeypatch):
+    monkeypatch.setattr(nsa, "SETTLE_S", 0.5)
     site = make_site("0.5.11")
     before = snapshot(site)
     fake = tmp_path / "python"
