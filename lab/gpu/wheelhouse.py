@@ -43,6 +43,9 @@ WHEELS = [
     "pyzmq==27.3.0",
     "ipython==9.18.1",
     "datasets==5.2.0",
+    # FlashInfer compiles its attention kernels at first use (JIT) by running `ninja`;
+    # the wheel's binary lands in the site's bin/, which the NSA scenario puts on PATH.
+    "ninja==1.13.2",
     *"""rpds-py jiter compressed-tensors msgspec cffi fastapi multiprocess orjson gguf dill
     uvicorn traitlets pybase64 jsonschema starlette pycparser opentelemetry-api loguru
     setproctitle referencing python-multipart jsonschema-specifications distro
