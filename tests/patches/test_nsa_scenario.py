@@ -8,7 +8,9 @@ while the real sglang 0.5.11 file on its site-packages is unpatched; everything 
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import sys
 
 import pytest
@@ -16,7 +18,7 @@ import pytest
 from lab.gpu import nsa_scenario as nsa
 from testkit.engine import free_port
 
-from .conftest import snapshot
+from .conftest import REPO, snapshot
 
 NVLS_OFF = dict(nsa.REQUIRED_ENV)
 CRASH = "AttributeError: 'PrefillMetadata' object has no attribute 'page_table_1_flattened'"
@@ -105,6 +107,38 @@ def test_nsa_backends_choose_the_guarded_case(tmp_path, capsys):
         nsa.main([*argv, "--nsa-backends", "trtllm"])
     assert exit_info.value.code == 2
     assert "PREFILL,DECODE" in capsys.readouterr().err
+
+
+PARSE = """
+import argparse, json, sys
+from sglang.srt.server_args import ServerArgs
+parser = argparse.ArgumentParser(allow_abbrev=False)
+ServerArgs.add_cli_args(parser)
+print(json.dumps(vars(parser.parse_args(sys.argv[1:])), default=str))
+"""
+
+
+@pytest.mark.slow  # builds (once per machine) a CPU venv with sglang 0.5.11's parser
+def test_flags_are_accepted_by_the_real_0_5_11_parser(tmp_path):
+    dest = REPO / ".cache" / "venvs" / "sglang-parser-0.5.11"
+    subprocess.run(
+        [str(REPO / "scripts" / "sglang-parser-venv.sh"), str(dest), "0.5.11"], check=True
+    )
+    flags = nsa.server_flags(tmp_path, 31000)
+    proc = subprocess.run(
+        [str(dest / "bin" / "python"), "-c", PARSE, *flags],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    args = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert args["attention_backend"] == "flashinfer"
+    assert args["kv_cache_dtype"] == "fp8_e4m3"
+    assert (args["nsa_prefill_backend"], args["nsa_decode_backend"]) == nsa.NSA_BACKENDS
+    assert args["page_size"] == 64 and args["max_total_tokens"] == 131072
+    assert args["disable_radix_cache"] is False
+    assert args["disable_chunked_prefix_cache"] is False
 
 
 def test_run_refuses_an_env_with_nvlink_multicast_on(tmp_path):
