@@ -16,6 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from glm5svc.errors import ConfigError
+from glm5svc.targets import DEFAULT_TARGET, get_target, known_targets
 
 DEFAULT_CONFIG_PATH = Path("/etc/glm5/glm5.yaml")
 CONFIG_ENV_VAR = "GLM5SVC_CONFIG"
@@ -37,6 +38,8 @@ class ModelSection(Section):
     path: Path = Path("/models/GLM-5-NVFP4")
     served_name: str = Field("glm-5", min_length=1)
     tokenizer_path: Path | None = None
+    # dummy: random weights, no checkpoint shards (test models); auto: sglang reads the shards.
+    load_format: Literal["auto", "safetensors", "dummy"] = "auto"
 
     @field_validator("path")
     @classmethod
@@ -77,6 +80,9 @@ class ServerSection(Section):
 
 
 class GpusSection(Section):
+    # glm5svc/data/targets.yaml: backends, quantization, host checks, and the defaults of
+    # expected_count and compute_capability below (sm120: 8 GPUs of 12.0).
+    target: str = DEFAULT_TARGET
     expected_count: Annotated[int, Field(ge=1, le=64)] = 8
     # Used when NVML is absent (planning on a machine without the GPUs).
     compute_capability: str = Field("12.0", pattern=r"^\d+\.\d+$")
@@ -91,6 +97,28 @@ class GpusSection(Section):
         if isinstance(value, str) and value.upper() in NCCL_P2P_LEVELS:
             return value.upper()
         raise ValueError(f"must be one of {', '.join(NCCL_P2P_LEVELS)} or a legacy integer 0-5")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _target_defaults(cls, data: Any) -> Any:
+        """expected_count and compute_capability default to the target's."""
+        if not isinstance(data, dict):
+            return data
+        name = data.get("target", DEFAULT_TARGET)
+        if not isinstance(name, str) or name not in known_targets():
+            return data  # the field validator names the known targets
+        target = get_target(name)
+        defaults = {"expected_count": target.gpu_count}
+        defaults["compute_capability"] = target.compute_capability
+        return {**defaults, **data}
+
+    @field_validator("target")
+    @classmethod
+    def _known_target(cls, value: str) -> str:
+        if value not in known_targets():
+            known = ", ".join(known_targets())
+            raise ValueError(f"unknown target '{value}'; known targets: {known}")
+        return value
 
     @model_validator(mode="after")
     def _devices_match_count(self) -> GpusSection:
@@ -111,19 +139,19 @@ class TuningSection(Section):
     max_running_requests: Annotated[int, Field(ge=1, le=65536)] = 1024
     cuda_graph: bool = False
     radix_cache: Literal["auto", "on", "off"] = "auto"
-    quantization: Literal["modelopt_fp4"] = "modelopt_fp4"
-    attention_backend: Literal["flashinfer", "triton", "fa3", "flashmla", "trtllm_mla"] = (
-        "flashinfer"
-    )
-    nsa_decode_backend: Literal["trtllm", "flashmla_sparse", "flashmla_kv", "fa3", "tilelang"] = (
-        "trtllm"
-    )
-    nsa_prefill_backend: Literal["trtllm", "flashmla_sparse", "flashmla_kv", "fa3", "tilelang"] = (
-        "trtllm"
-    )
-    moe_runner_backend: Literal["flashinfer_cutlass", "auto", "triton", "cutlass"] = (
-        "flashinfer_cutlass"
-    )
+    # null (the default) for each of these five: the target's choice for the model
+    # (glm5svc/data/targets.yaml; sm120: the reference deployment's flags).
+    quantization: Literal["modelopt_fp4", "none"] | None = None
+    attention_backend: (
+        Literal["flashinfer", "triton", "fa3", "flashmla", "trtllm_mla", "nsa"] | None
+    ) = None
+    nsa_decode_backend: (
+        Literal["trtllm", "flashmla_sparse", "flashmla_kv", "fa3", "tilelang"] | None
+    ) = None
+    nsa_prefill_backend: (
+        Literal["trtllm", "flashmla_sparse", "flashmla_kv", "fa3", "tilelang"] | None
+    ) = None
+    moe_runner_backend: Literal["flashinfer_cutlass", "auto", "triton", "cutlass"] | None = None
     chunked_prefill_size: PositiveInt | None = None
     disable_shared_experts_fusion: bool = False
     omp_num_threads: Annotated[int, Field(ge=1, le=256)] = 8

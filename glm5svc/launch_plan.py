@@ -1,8 +1,11 @@
 """The launch plan: exactly how `python -m sglang.launch_server` is started, and why.
 
 Every flag and environment variable is an entry with a reason the user can read
-(`glm5svc command --explain`). Rules learnt on the reference deployment
-(shared/reference/deployment-facts.md) are enforced here, not left to memory.
+(`glm5svc command --explain`). Rules learnt on the reference deployment are enforced
+here, not left to memory. What depends on the GPUs comes from the target
+(glm5svc/data/targets.yaml), what depends on the model from its config.json
+(glm5svc.model_info), how a flag is spelt from the installed sglang's version
+(glm5svc.sglang_flags). Entries that hold only for one target or sglang version say so.
 """
 
 from __future__ import annotations
@@ -13,9 +16,18 @@ from pathlib import Path
 
 from glm5svc.config import Config, read_api_key
 from glm5svc.errors import ConfigError
-from glm5svc.gpus import GpuFacts, detect_gpus
-from glm5svc.profiles import StackProfile, load_profile
-from glm5svc.sglang_flags import FORBIDDEN_FLAGS, parse_extra_args
+from glm5svc.gpus import GpuFacts, detect_gpus, parse_compute_capability
+from glm5svc.model_info import ModelFacts, read_model_facts
+from glm5svc.patches import SglangNotFound, locate_sglang, nsa_fix_in_place
+from glm5svc.profiles import SglangVersion, StackProfile, load_profile, sglang_version
+from glm5svc.sglang_flags import (
+    FORBIDDEN_FLAGS,
+    deprecation_note,
+    flag_name,
+    parse_extra_args,
+    version_problem,
+)
+from glm5svc.targets import Choice, Target, get_target
 
 SECRET_PLACEHOLDER = "<secret>"
 # Written by `glm5svc serve` (mode 0600) and read by sglang's own --config option,
@@ -31,6 +43,7 @@ class PlanEntry:
     reason: str
     source: str = "plan"  # "plan", "extra_args", "server.env"
     more_values: tuple[str, ...] = ()  # for flags that take several values
+    scope: str = ""  # "" (always), or what it is specific to: "target sm120", "sglang 0.5.11"
 
     def tokens(self) -> list[str]:
         values = [] if self.value is None else [self.value, *self.more_values]
@@ -42,7 +55,10 @@ class LaunchPlan:
     program: list[str]
     entries: list[PlanEntry]
     gpus: GpuFacts
-    sglang_version: str
+    sglang: SglangVersion
+    profile: StackProfile
+    target: Target
+    model: ModelFacts
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     # path -> content; `glm5svc serve` writes these (0600) before starting the server.
@@ -73,11 +89,19 @@ class LaunchPlan:
         lines = [head] + ["  " + shlex.join(e.tokens()) for e in self.flags]
         return " \\\n".join(lines)
 
+    @property
+    def sglang_version(self) -> str:
+        return self.sglang.version
+
     def summary(self) -> dict:
         return {
             "argv": self.argv,
             "env": self.env,
-            "sglang_version": self.sglang_version,
+            "sglang_version": self.sglang.label,
+            "sglang": self.sglang.to_dict(),
+            "profile": self.profile.name,
+            "target": self.target.name,
+            "model_architecture": self.model.architecture,
             "tp_size": int(self.flag_value("--tp-size") or 0),
             "gpus": self.gpus.to_dict(),
             "warnings": list(self.warnings),
@@ -85,7 +109,18 @@ class LaunchPlan:
         }
 
     def explain(self) -> str:
-        lines = [f"# sglang {self.sglang_version} on {self.gpus.count}x {self.gpus.sm}"]
+        profile, target = self.profile, self.target
+        lines = [
+            f"# sglang {self.sglang.label} on {self.gpus.count}x {self.gpus.sm}",
+            f"# sglang: {self.sglang.detail}",
+            f"# stack profile {profile.name}: sglang {profile.sglang_version}, torch "
+            f"{profile.torch_version}, CUDA {profile.cuda_version}",
+            f"# target {target.name}: {target.description}; expects "
+            f"{target.gpu_count}x {target.sm} by default",
+            f"# GPUs: {self.gpus.count}x {self.gpus.sm} (from {self.gpus.source})",
+            f"# model: {self.model.summary} "
+            + (f"(from {self.model.source})" if self.model.from_config else "(assumed, see note)"),
+        ]
         lines += [f"# note: {note}" for note in self.notes]
         lines += [f"# WARNING: {warning}" for warning in self.warnings]
         lines.append("")
@@ -105,7 +140,8 @@ def _explain_rows(entries: list[PlanEntry]) -> list[str]:
     for entry in entries:
         shown = shlex.join(entry.tokens())
         origin = "" if entry.source == "plan" else f" [from {entry.source}]"
-        rows.append(f"  {shown}\n      {entry.reason}{origin}")
+        scope = f" [{entry.scope}]" if entry.scope else ""
+        rows.append(f"  {shown}\n      {entry.reason}{origin}{scope}")
     return rows
 
 
@@ -113,28 +149,51 @@ def build_launch_plan(
     config: Config,
     gpus: GpuFacts | None = None,
     nsa_fix_in_place: bool | None = None,
+    sglang: SglangVersion | None = None,
+    model: ModelFacts | None = None,
 ) -> LaunchPlan:
     """Build the plan. `nsa_fix_in_place`: is the NSA FP8 prefill fix in the venv's sglang
-    (patched or fixed upstream)? None means unknown, which keeps the radix cache off."""
+    (patched or fixed upstream)? None means unknown, which keeps the radix cache off.
+    `sglang`: the installed version (plan_for_service reads it from the venv); None plans
+    for the profile's pin, labelled so. `model`: None reads model.path/config.json."""
     gpus = gpus or detect_gpus(config)
     profile = load_profile(config.server.profile)
     plan = LaunchPlan(
-        program=_program(config), entries=[], gpus=gpus, sglang_version=profile.sglang_version
+        program=_program(config),
+        entries=[],
+        gpus=gpus,
+        sglang=sglang or sglang_version(profile, None, "not read from a venv"),
+        profile=profile,
+        target=get_target(config.gpus.target),
+        model=model or read_model_facts(config.model.path),
     )
     if gpus.note:
         plan.notes.append(gpus.note)
-    if not gpus.is_sm120_family:
-        plan.notes.append(
-            f"these GPUs are {gpus.sm}, not the SM120 target this plan is tuned for; "
-            "backends and rules below are the SM120 ones"
-        )
+    _target_notes(config, plan)
     plan.entries += _environment(config, gpus, profile)
     plan.entries += _server_flags(config, gpus, plan)
-    plan.entries += _tuning_flags(config, profile, plan, nsa_fix_in_place)
+    plan.entries += _tuning_flags(config, plan, nsa_fix_in_place)
     _add_api_key(config, plan)
     _merge_extra_args(config, gpus, plan)
     _merge_env_overrides(config, plan)
+    _deprecations(plan)
     return plan
+
+
+def _target_notes(config: Config, plan: LaunchPlan) -> None:
+    target, gpus = plan.target, plan.gpus
+    if gpus.compute_capability != parse_compute_capability(target.compute_capability):
+        plan.notes.append(
+            f"these GPUs are {gpus.sm}, not {target.sm} of target {target.name}: the backends "
+            f"below are {target.name}'s; set gpus.target for these GPUs"
+        )
+    if not plan.model.from_config:
+        plan.notes.append(f"model: {plan.model.source}; fix model.path to plan for the model")
+    if not plan.sglang.installed:
+        plan.notes.append(
+            f"sglang {plan.sglang.version} is the profile's pin, not read from "
+            f"{config.server.python}: flag spellings may differ from the installed sglang"
+        )
 
 
 def _program(config: Config) -> list[str]:
@@ -143,12 +202,12 @@ def _program(config: Config) -> list[str]:
     return [str(config.server.python), "-m", "sglang.launch_server"]
 
 
-def _env(name: str, value: str, reason: str) -> PlanEntry:
-    return PlanEntry("env", name, value, reason)
+def _env(name: str, value: str, reason: str, scope: str = "") -> PlanEntry:
+    return PlanEntry("env", name, value, reason, scope=scope)
 
 
-def _flag(name: str, value: object | None, reason: str, source: str = "plan") -> PlanEntry:
-    return PlanEntry("flag", name, None if value is None else str(value), reason, source)
+def _flag(name: str, value: object | None, reason: str, scope: str = "") -> PlanEntry:
+    return PlanEntry("flag", name, None if value is None else str(value), reason, scope=scope)
 
 
 def _environment(config: Config, gpus: GpuFacts, profile: StackProfile) -> list[PlanEntry]:
@@ -173,8 +232,10 @@ def _environment(config: Config, gpus: GpuFacts, profile: StackProfile) -> list[
             "CUDA_HOME",
             cuda_home,
             f"the CUDA {profile.cuda_version} toolkit the {profile.name} stack (sglang "
-            f"{profile.sglang_version}) was built for; FlashInfer JIT compiles with it, "
-            "not with the system CUDA",
+            f"{profile.sglang_version}, torch {profile.torch_version}) was built for; "
+            "FlashInfer JIT compiles with it, not with the system CUDA"
+            + (" (server.cuda_home)" if config.server.cuda_home else ""),
+            scope=f"profile {profile.name}",
         ),
     ]
     if config.gpus.visible_devices is not None:
@@ -191,9 +252,22 @@ def _server_flags(config: Config, gpus: GpuFacts, plan: LaunchPlan) -> list[Plan
             "fix gpus.expected_count / gpus.visible_devices or the GPU passthrough"
         )
     entries = [
-        _flag("--model-path", config.model.path, "model.path: the GLM-5-NVFP4 checkpoint"),
+        _flag("--model-path", config.model.path, f"model.path: {plan.model.architecture}"),
         _flag("--served-model-name", config.model.served_name, "model.served_name"),
     ]
+    if config.model.load_format != "auto":
+        entries.append(
+            _flag(
+                "--load-format",
+                config.model.load_format,
+                "model.load_format"
+                + (
+                    ": random weights, no checkpoint read (test models only)"
+                    if config.model.load_format == "dummy"
+                    else ""
+                ),
+            )
+        )
     if config.model.tokenizer_path:
         entries.append(
             _flag("--tokenizer-path", config.model.tokenizer_path, "model.tokenizer_path")
@@ -221,12 +295,23 @@ def _server_flags(config: Config, gpus: GpuFacts, plan: LaunchPlan) -> list[Plan
     return entries
 
 
-def _tuning_flags(
-    config: Config, profile: StackProfile, plan: LaunchPlan, nsa_fix: bool | None
-) -> list[PlanEntry]:
-    tuning = config.tuning
-    entries = [
-        _flag("--quantization", tuning.quantization, "GLM-5-NVFP4 is a ModelOpt FP4 checkpoint"),
+def _tuning_flags(config: Config, plan: LaunchPlan, nsa_fix: bool | None) -> list[PlanEntry]:
+    tuning, target, model = config.tuning, plan.target, plan.model
+    entries = []
+    quantization = _choose(tuning.quantization, target.quantization, "tuning.quantization", target)
+    if quantization.value == "modelopt_fp4" and not target.fp4:
+        raise ConfigError(
+            f"tuning.quantization: modelopt_fp4 needs FP4 tensor cores, which target "
+            f"{target.name} ({target.sm}) lacks; set tuning.quantization: none and serve an "
+            "unquantized checkpoint, or set gpus.target"
+        )
+    if quantization.value == "none":
+        plan.notes.append(f"quantization none, no --quantization flag: {quantization.reason}")
+    else:
+        entries.append(
+            _flag("--quantization", quantization.value, quantization.reason, quantization.scope)
+        )
+    entries += [
         _flag(
             "--mem-fraction-static",
             tuning.mem_fraction_static,
@@ -237,29 +322,46 @@ def _tuning_flags(
             tuning.max_running_requests,
             "batch ceiling; raising it from 64 to 1024 took the reference from ~800 to 3,740 tok/s",
         ),
-        _flag(
-            "--attention-backend",
-            tuning.attention_backend,
-            "GLM-5's DSA/NSA attention stays on flashinfer on SM120 (other choices gave NaN "
-            "in decode on the reference)",
-        ),
-        _flag(
-            profile.sparse_attention_flag("decode"),
-            tuning.nsa_decode_backend,
-            "sparse-attention (DSA) decode kernels that work on SM120",
-        ),
-        _flag(
-            profile.sparse_attention_flag("prefill"),
-            tuning.nsa_prefill_backend,
-            "sparse-attention (DSA) prefill kernels that work on SM120",
-        ),
-        _flag(
+    ]
+    family = (
+        target.attention_backend.sparse
+        if model.sparse_attention
+        else target.attention_backend.dense
+    )
+    entries += _chosen(
+        "--attention-backend", tuning.attention_backend, family, "tuning.attention_backend", plan
+    )
+    if model.sparse_attention:
+        for option, configured, choice, key in (
+            (
+                "sparse_decode_backend",
+                tuning.nsa_decode_backend,
+                target.sparse_decode_backend,
+                "tuning.nsa_decode_backend",
+            ),
+            (
+                "sparse_prefill_backend",
+                tuning.nsa_prefill_backend,
+                target.sparse_prefill_backend,
+                "tuning.nsa_prefill_backend",
+            ),
+        ):
+            name = flag_name(option, plan.sglang.version)
+            for entry in _chosen(name, configured, choice, key, plan):
+                entries.append(_spelt(entry, plan))
+    else:
+        plan.notes.append(
+            f"no sparse-attention (--nsa-*/--dsa-*) flags: {model.architecture} has no DSA "
+            "attention"
+        )
+    if model.moe:
+        entries += _chosen(
             "--moe-runner-backend",
             tuning.moe_runner_backend,
-            "FlashInfer CUTLASS MoE with autotune (patch flashinfer-cutlass-autotune) was part "
-            "of the reference's 4x gain",
-        ),
-    ]
+            target.moe_runner_backend,
+            "tuning.moe_runner_backend",
+            plan,
+        )
     if not tuning.cuda_graph:
         entries.append(
             _flag(
@@ -270,7 +372,15 @@ def _tuning_flags(
                 "tuning.cuda_graph: true trades the other way",
             )
         )
-    entries += _radix_cache(tuning.radix_cache, nsa_fix, plan)
+    if model.sparse_attention:
+        entries += _radix_cache(tuning.radix_cache, nsa_fix, plan)
+    elif tuning.radix_cache == "off":
+        entries.append(_flag("--disable-radix-cache", None, "tuning.radix_cache: off"))
+    else:
+        plan.notes.append(
+            f"radix cache on: the NSA FP8 prefill crash it guards against needs DSA attention, "
+            f"which {model.architecture} does not have"
+        )
     if tuning.chunked_prefill_size:
         entries.append(
             _flag(
@@ -286,6 +396,41 @@ def _tuning_flags(
             )
         )
     return entries
+
+
+@dataclass(frozen=True)
+class _Chosen:
+    value: str | None  # None: leave the flag out, sglang chooses
+    reason: str
+    scope: str  # "target <name>" for the target's choice, "" for the config's
+
+
+def _choose(configured: str | None, choice: Choice, key: str, target: Target) -> _Chosen:
+    """The config's value if set, else the target's choice (with its reason)."""
+    if configured is not None:
+        return _Chosen(configured, f"{key} (config)", "")
+    return _Chosen(choice.value, choice.reason, f"target {target.name}")
+
+
+def _chosen(name: str, configured, choice: Choice, key: str, plan: LaunchPlan) -> list[PlanEntry]:
+    chosen = _choose(configured, choice, key, plan.target)
+    if chosen.value is None:
+        plan.notes.append(f"{name} left to sglang: {chosen.reason} [{chosen.scope}]")
+        return []
+    return [_flag(name, chosen.value, chosen.reason, chosen.scope)]
+
+
+def _spelt(entry: PlanEntry, plan: LaunchPlan) -> PlanEntry:
+    """Say that the flag's name is this sglang version's spelling."""
+    spelling = f"--nsa-* is sglang {plan.sglang.version}'s spelling (--dsa-* from 0.5.13)"
+    if entry.name.startswith("--dsa-"):
+        spelling = (
+            f"--dsa-* is sglang {plan.sglang.version}'s spelling (renamed from --nsa-* in 0.5.13)"
+        )
+    scope = ", ".join(filter(None, [entry.scope, f"sglang {plan.sglang.version}"]))
+    return PlanEntry(
+        entry.kind, entry.name, entry.value, f"{entry.reason}; {spelling}", scope=scope
+    )
 
 
 def _radix_cache(mode: str, nsa_fix: bool | None, plan: LaunchPlan) -> list[PlanEntry]:
@@ -331,6 +476,9 @@ def _add_api_key(config: Config, plan: LaunchPlan) -> None:
 
 def _merge_extra_args(config: Config, gpus: GpuFacts, plan: LaunchPlan) -> None:
     for name, values in parse_extra_args(config.server.extra_args):
+        problem = version_problem(name, plan.sglang.version)
+        if problem:
+            raise ConfigError(f"server.extra_args: {problem}")
         forbidden = FORBIDDEN_FLAGS.get(name)
         if forbidden and forbidden.applies(gpus):
             raise ConfigError(
@@ -367,8 +515,30 @@ def _merge_env_overrides(config: Config, plan: LaunchPlan) -> None:
         plan.entries.append(PlanEntry("env", name, value, "server.env", "server.env"))
 
 
-def plan_for_service(config: Config) -> LaunchPlan:
-    """The plan as `glm5svc serve` builds it: GPUs detected, patch state read from the venv."""
-    from glm5svc.patches import nsa_fix_in_place
+def _deprecations(plan: LaunchPlan) -> None:
+    for entry in plan.flags:
+        note = deprecation_note(entry.name, plan.sglang.version)
+        if note:
+            plan.notes.append(note)
 
-    return build_launch_plan(config, nsa_fix_in_place=nsa_fix_in_place(config))
+
+def installed_sglang(config: Config) -> tuple[SglangVersion, bool | None]:
+    """The sglang in server.python's environment (its metadata, read once) and whether the
+    NSA FP8 fix is in it; the profile's pin, labelled "(profile, not installed)", and None
+    when it cannot be read."""
+    profile = load_profile(config.server.profile)
+    try:
+        install = locate_sglang(
+            python=config.server.python, pythonpath=config.server.env.get("PYTHONPATH")
+        )
+    except (SglangNotFound, OSError, ValueError) as exc:
+        return sglang_version(profile, None, f"not installed: {exc}"), None
+    where = f"installed, read from {install.site_packages} ({config.server.python})"
+    return sglang_version(profile, install.version, where), nsa_fix_in_place(install)
+
+
+def plan_for_service(config: Config) -> LaunchPlan:
+    """The plan as `glm5svc serve` builds it: GPUs detected, sglang and patch state read
+    from the venv."""
+    sglang, nsa_fix = installed_sglang(config)
+    return build_launch_plan(config, nsa_fix_in_place=nsa_fix, sglang=sglang)

@@ -2,26 +2,27 @@
 
 A profile is data: glm5svc/data/profiles/<name>.yaml plus the pinned requirements (lock)
 file it names, which the container role installs with `pip install -r`. Adding a stack
-(e.g. a CUDA 13 one with a newer sglang) means adding those two files, no code.
+(cu130: sglang 0.5.11 on CUDA 13) means adding those two files, no code. How each sglang
+version spells its flags is glm5svc.sglang_flags' table, not a profile field.
+
+The sglang shown anywhere (plan, --explain, /status, preflight) is the one installed in
+the target venv (SglangVersion.installed); the profile's pin only when none can be read.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Literal
 
 import yaml
 from packaging.version import InvalidVersion, Version
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from glm5svc.errors import ConfigError
 
 PROFILES_DIR = Path(__file__).parent / "data" / "profiles"
-# sglang renamed --nsa-* to --dsa-* in 0.5.13 and removed the old names in 0.5.20.
-DSA_FLAGS_FROM = Version("0.5.13")
-NSA_FLAGS_REMOVED_IN = Version("0.5.20")
 
 
 class StackProfile(BaseModel):
@@ -35,7 +36,6 @@ class StackProfile(BaseModel):
     cuda_home: Path
     python_version: str = Field(pattern=r"^3\.\d+$")
     requirements: str = Field(min_length=1)
-    sparse_attention_flag_prefix: Literal["nsa", "dsa"]
 
     @field_validator("sglang_version", "torch_version")
     @classmethod
@@ -46,23 +46,9 @@ class StackProfile(BaseModel):
             raise ValueError(f"'{value}' is not a version number") from None
         return value
 
-    @model_validator(mode="after")
-    def _flag_prefix_matches_version(self) -> StackProfile:
-        version = Version(self.sglang_version)
-        prefix = self.sparse_attention_flag_prefix
-        if prefix == "dsa" and version < DSA_FLAGS_FROM:
-            raise ValueError(f"sglang {version} has only --nsa-* flags (--dsa-* from 0.5.13)")
-        if prefix == "nsa" and version >= NSA_FLAGS_REMOVED_IN:
-            raise ValueError(f"sglang {version} no longer has --nsa-* flags (removed in 0.5.20)")
-        return self
-
     @property
     def requirements_path(self) -> Path:
         return PROFILES_DIR / self.requirements
-
-    def sparse_attention_flag(self, phase: Literal["decode", "prefill"]) -> str:
-        """`--nsa-decode-backend` / `--dsa-prefill-backend` ... as this sglang spells it."""
-        return f"--{self.sparse_attention_flag_prefix}-{phase}-backend"
 
 
 def known_profiles() -> list[str]:
@@ -107,3 +93,26 @@ def pinned_requirements(profile: StackProfile) -> dict[str, str]:
 def normalise_name(name: str) -> str:
     """PEP 503 normalisation: Foo_Bar.baz -> foo-bar-baz."""
     return re.sub(r"[-_.]+", "-", name).lower().strip()
+
+
+@dataclass(frozen=True)
+class SglangVersion:
+    """The sglang a plan is for: read from the target venv, else the profile's pin."""
+
+    version: str
+    installed: bool  # True: read from the venv's metadata
+    detail: str  # where it was read, or why it could not be
+
+    @property
+    def label(self) -> str:
+        return self.version if self.installed else f"{self.version} (profile, not installed)"
+
+    def to_dict(self) -> dict:
+        return {"version": self.version, "installed": self.installed, "detail": self.detail}
+
+
+def sglang_version(profile: StackProfile, installed: str | None, detail: str) -> SglangVersion:
+    """`installed` (from the venv's metadata) if there is one, else the profile's pin."""
+    if installed:
+        return SglangVersion(installed, True, detail)
+    return SglangVersion(profile.sglang_version, False, detail)

@@ -1,6 +1,9 @@
 """What sglang's launch_server flags are called in each version, and which must never be used.
 
-Facts: shared/reference/sglang-versions.md (read from the released wheels' parsers).
+The one table of flag history (FLAG_HISTORY) is data read from the released wheels'
+`sglang/srt/server_args.py` (0.5.1 .. 0.5.23); docs/targets.md lists it with its sources.
+The tests check it against the real parser of every profile's sglang and against the
+cached wheels' server_args.py.
 """
 
 from __future__ import annotations
@@ -8,10 +11,86 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from packaging.version import Version
+
 from glm5svc.errors import ConfigError
 
 if TYPE_CHECKING:
     from glm5svc.gpus import GpuFacts
+
+# The oldest and newest sglang whose parsers the table was read from.
+CHECKED_VERSIONS = (Version("0.5.1"), Version("0.5.23"))
+
+
+@dataclass(frozen=True)
+class FlagHistory:
+    since: str | None = None  # first version that has it (None: 0.5.1 or earlier)
+    removed_in: str | None = None  # first version without it
+    deprecated_from: str | None = None  # first version that warns about it
+    replacement: str = ""  # what to use instead, once deprecated or removed
+
+    def exists_in(self, version: Version) -> bool:
+        if self.since and version < Version(self.since):
+            return False
+        return not (self.removed_in and version >= Version(self.removed_in))
+
+    def deprecated_in(self, version: Version) -> bool:
+        return bool(self.deprecated_from) and version >= Version(self.deprecated_from)
+
+
+FLAG_HISTORY: dict[str, FlagHistory] = {
+    # DeepSeek-style sparse attention (DSA/NSA) kernels: renamed 0.5.13, old names gone 0.5.20.
+    "--nsa-decode-backend": FlagHistory(removed_in="0.5.20", replacement="--dsa-decode-backend"),
+    "--nsa-prefill-backend": FlagHistory(removed_in="0.5.20", replacement="--dsa-prefill-backend"),
+    "--dsa-decode-backend": FlagHistory(since="0.5.13"),
+    "--dsa-prefill-backend": FlagHistory(since="0.5.13"),
+    "--disable-cuda-graph": FlagHistory(
+        deprecated_from="0.5.14", replacement="the --cuda-graph-backend-* options"
+    ),
+    "--cuda-graph-max-bs": FlagHistory(removed_in="0.5.20"),
+    "--fp4-gemm-backend": FlagHistory(since="0.5.8"),
+}
+
+# One option, several spellings over the versions: the first that exists is used.
+SPELLINGS: dict[str, tuple[str, ...]] = {
+    "sparse_decode_backend": ("--dsa-decode-backend", "--nsa-decode-backend"),
+    "sparse_prefill_backend": ("--dsa-prefill-backend", "--nsa-prefill-backend"),
+}
+
+
+def flag_exists(name: str, version: str | Version) -> bool:
+    """Does sglang `version` have the flag? Flags not in the table exist in every version."""
+    history = FLAG_HISTORY.get(name)
+    return history is None or history.exists_in(Version(str(version)))
+
+
+def flag_name(option: str, version: str | Version) -> str:
+    """How sglang `version` spells `option` (a key of SPELLINGS), e.g. --nsa-decode-backend."""
+    for name in SPELLINGS[option]:
+        if flag_exists(name, version):
+            return name
+    raise ConfigError(f"sglang {version} has none of {', '.join(SPELLINGS[option])}")
+
+
+def version_problem(name: str, version: str | Version) -> str | None:
+    """Why `name` cannot be passed to sglang `version` (None if it can)."""
+    history = FLAG_HISTORY.get(name)
+    if history is None or history.exists_in(Version(str(version))):
+        return None
+    if history.since and Version(str(version)) < Version(history.since):
+        return f"{name} exists from sglang {history.since}; this sglang is {version}"
+    instead = f"; use {history.replacement}" if history.replacement else ""
+    return f"{name} was removed in sglang {history.removed_in}; this sglang is {version}{instead}"
+
+
+def deprecation_note(name: str, version: str | Version) -> str | None:
+    history = FLAG_HISTORY.get(name)
+    if history is None or not history.deprecated_in(Version(str(version))):
+        return None
+    return (
+        f"{name} is deprecated from sglang {history.deprecated_from} "
+        f"(use {history.replacement}); this sglang is {version}"
+    )
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from dataclasses import dataclass
 from email.parser import HeaderParser
@@ -43,24 +44,39 @@ class SglangInstall:
         }
 
 
-def locate_sglang(python: Path | str | None = None, site_packages: Path | str | None = None):
-    """The sglang installed for `python` or in `site_packages` (exactly one must be given)."""
+def locate_sglang(
+    python: Path | str | None = None,
+    site_packages: Path | str | None = None,
+    pythonpath: str | None = None,
+):
+    """The sglang installed for `python` or in `site_packages` (exactly one must be given).
+    `pythonpath`: the server's PYTHONPATH (server.env), so the interpreter looks where the
+    server will (a stack installed with `pip install --target DIR`)."""
     if (python is None) == (site_packages is None):
         raise ValueError("give exactly one of python= or site_packages=")
     if site_packages is not None:
         return _from_site_packages(Path(site_packages))
-    return _from_python(Path(python))
+    return _from_python(Path(python), pythonpath)
 
 
-def _from_python(python: Path) -> SglangInstall:
+def _from_python(python: Path, pythonpath: str | None = None) -> SglangInstall:
     if not python.exists():
         raise SglangNotFound(
             f"no Python interpreter at {python}: create the service venv (container role) "
             "or point elsewhere with --python PATH / --site-packages DIR (server.python)"
         )
+    # -I ignores PYTHON* variables and the user site; with a PYTHONPATH: -s and only that one.
+    isolation = ["-I"] if not pythonpath else ["-s"]
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    if pythonpath:
+        env["PYTHONPATH"] = pythonpath
     try:
         proc = subprocess.run(
-            [str(python), "-I", "-c", _PROBE], capture_output=True, text=True, timeout=120
+            [str(python), *isolation, "-c", _PROBE],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise SglangNotFound(f"could not run {python}: {exc}") from None

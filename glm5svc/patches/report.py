@@ -54,7 +54,7 @@ def resolve_target(target) -> SglangInstall:
         return target
     server = getattr(target, "server", None)
     if server is not None:
-        return locate_sglang(python=server.python)
+        return locate_sglang(python=server.python, pythonpath=server.env.get("PYTHONPATH"))
     path = Path(os.fspath(target))
     if path.is_dir():
         return locate_sglang(site_packages=path)

@@ -19,8 +19,9 @@ def test_defaults_are_the_reference_deployment():
     assert config.tuning.mem_fraction_static == 0.92
     assert config.tuning.max_running_requests == 1024
     assert config.tuning.cuda_graph is False
-    assert config.tuning.moe_runner_backend == "flashinfer_cutlass"
-    assert config.tuning.nsa_decode_backend == config.tuning.nsa_prefill_backend == "trtllm"
+    assert config.gpus.target == "sm120"
+    # null: the target's choice (sm120's are the reference flags: tests/foundation/test_launch_plan)
+    assert config.tuning.moe_runner_backend is None and config.tuning.quantization is None
     assert config.benchmark.ladder == [64, 256, 512, 1024, 2048]
 
 
@@ -58,7 +59,9 @@ BAD_CONFIGS = [
     ("server: {log_level: loud}", "server.log_level", "'debug', 'info', 'warning' or 'error'"),
     ("tuning: {radix_cache: maybe}", "tuning.radix_cache", "'auto', 'on' or 'off'"),
     ("tuning: {moe_runner_backend: magic}", "tuning.moe_runner_backend", "flashinfer_cutlass"),
-    ("tuning: {quantization: fp8}", "tuning.quantization", "modelopt_fp4"),
+    ("tuning: {quantization: fp8}", "tuning.quantization", "'modelopt_fp4' or 'none'"),
+    ("gpus: {target: sm89}", "gpus.target", "known targets: sm100, sm120, sm90"),
+    ("model: {load_format: npcache}", "model.load_format", "'auto', 'safetensors' or 'dummy'"),
     ("model: {path: models/glm5}", "model.path", "absolute path"),
     ("benchmark: {ladder: [256, 64]}", "benchmark.ladder", "strictly increasing"),
     ("benchmark: {ladder: []}", "benchmark.ladder", "at least one"),

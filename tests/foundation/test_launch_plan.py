@@ -162,12 +162,14 @@ def test_shell_command_round_trips_through_a_shell():
 
 
 def parsed_by_sglang(python, argvs):
+    """({results per argv}, the parser's option strings, sglang's version)."""
     script = Path(__file__).with_name("parse_with_sglang.py")
     result = subprocess.run(
         [str(python), str(script), json.dumps(argvs)], capture_output=True, text=True
     )
     assert result.returncode == 0, result.stderr[-2000:]
-    return json.loads(result.stdout.splitlines()[-1])
+    found = json.loads(result.stdout.splitlines()[-1])
+    return found["results"], set(found["options"]), found["version"]
 
 
 def test_argv_is_accepted_by_the_real_sglang_parser(sglang_parser_python, tmp_path):
@@ -184,9 +186,10 @@ def test_argv_is_accepted_by_the_real_sglang_parser(sglang_parser_python, tmp_pa
         }
     )
     # One import of sglang for both: the plan, and the --tp abbreviation it must refuse.
-    ours, abbreviated = parsed_by_sglang(
+    (ours, abbreviated), _, version = parsed_by_sglang(
         sglang_parser_python, [plan.argv[3:], ["--model-path", "/m", "--tp", "8"]]
     )
+    assert version == plan.sglang.version == "0.5.10.post1"
     assert "error" not in ours, ours
     parsed = ours["dests"]
     assert parsed["tensor_parallel_size"] == 8

@@ -18,7 +18,8 @@ from glm5svc.patches import nsa_fix_in_place, patch_report
 from glm5svc.patches.engine import apply_patch
 from glm5svc.patches.preflight import check_stack_and_patches, preflight_rows
 from glm5svc.patches.spec import PatchDataError, load_patches
-from glm5svc.profiles import StackProfile, load_profile, pinned_requirements
+from glm5svc.profiles import load_profile, pinned_requirements
+from glm5svc.sglang_flags import flag_name
 
 from .conftest import sglang_wheel
 
@@ -27,12 +28,26 @@ def test_cu128_profile_fields():
     profile = load_profile("cu128")
     assert profile.sglang_version == "0.5.10.post1"
     assert profile.cuda_version == "12.8" and profile.cuda_home == Path("/usr/local/cuda-12.8")
-    assert profile.sparse_attention_flag("decode") == "--nsa-decode-backend"
     assert profile.requirements_path.name == "cu128.txt"
 
 
+def test_cu130_profile_fields():
+    profile = load_profile("cu130")
+    assert (profile.sglang_version, profile.torch_version) == ("0.5.11", "2.11.0")
+    assert profile.cuda_version == "13.0" and profile.cuda_home == Path("/usr/local/cuda-13.0")
+    assert profile.python_version == "3.12"
+    pins = pinned_requirements(profile)
+    assert pins["sglang"] == "0.5.11" and pins["torch"] == "2.11.0"
+    assert pins["flashinfer-python"] == pins["flashinfer-cubin"] == "0.6.8.post1"
+    assert pins["sglang-kernel"] == "0.4.2"
+    # 0.5.11's own pin; transformers 5.17 breaks it ('qwen3_asr' is already used).
+    assert pins["transformers"] == "5.6.0"
+
+
 def test_unknown_profile_names_the_known_ones():
-    with pytest.raises(ConfigError, match=r"unknown stack profile 'cu13'.*known profiles: cu128"):
+    with pytest.raises(
+        ConfigError, match=r"unknown stack profile 'cu13'.*known profiles: cu128, cu130"
+    ):
         load_profile("cu13")
 
 
@@ -46,40 +61,35 @@ def test_a_second_profile_is_data_only(tmp_path, monkeypatch):
         cuda_version="13.0",
         cuda_home="/usr/local/cuda-13.0",
         requirements="cu130.txt",
-        sparse_attention_flag_prefix="dsa",
     )
     (tmp_path / "cu130.yaml").write_text(yaml.safe_dump(base))
     monkeypatch.setattr(profiles, "PROFILES_DIR", tmp_path)
     load_profile.cache_clear()
     try:
         profile = load_profile("cu130")
-        assert profile.sparse_attention_flag("prefill") == "--dsa-prefill-backend"
+        assert (
+            flag_name("sparse_prefill_backend", profile.sglang_version) == "--dsa-prefill-backend"
+        )
         assert pinned_requirements(profile) == {"sglang": "0.5.23", "torch": "2.11.0"}
         assert profiles.known_profiles() == ["cu130"]
     finally:
         load_profile.cache_clear()
 
 
-@pytest.mark.parametrize(("version", "prefix"), [("0.5.10.post1", "dsa"), ("0.5.23", "nsa")])
-def test_flag_prefix_must_fit_the_version(version, prefix):
-    data = yaml.safe_load((profiles.PROFILES_DIR / "cu128.yaml").read_text())
-    data.update(sglang_version=version, sparse_attention_flag_prefix=prefix)
-    with pytest.raises(ValueError, match="flags"):
-        StackProfile.model_validate(data)
-
-
 @pytest.mark.slow
-def test_lock_file_holds_the_wheels_own_pins():
-    """Every Requires-Dist of the sglang 0.5.10.post1 wheel (Linux x86_64, no extras) is in
-    cu128.txt at a version it allows; == pins exactly."""
-    pins = pinned_requirements(load_profile("cu128"))
-    with zipfile.ZipFile(sglang_wheel("0.5.10.post1")) as wheel:
-        name = next(n for n in wheel.namelist() if n.endswith(".dist-info/METADATA"))
-        metadata = HeaderParser().parsestr(wheel.read(name).decode())
+@pytest.mark.parametrize("name", ["cu128", "cu130"])
+def test_lock_file_holds_the_wheels_own_pins(name):
+    """Every Requires-Dist of the profile's sglang wheel (Linux x86_64, the profile's Python,
+    no extras) is in the lock at a version it allows; == pins exactly."""
+    profile = load_profile(name)
+    pins = pinned_requirements(profile)
+    with zipfile.ZipFile(sglang_wheel(profile.sglang_version)) as wheel:
+        meta = next(n for n in wheel.namelist() if n.endswith(".dist-info/METADATA"))
+        metadata = HeaderParser().parsestr(wheel.read(meta).decode())
     env = {
         "sys_platform": "linux",
         "platform_machine": "x86_64",
-        "python_version": "3.11",
+        "python_version": profile.python_version,
         "extra": "",
     }
     checked = 0
@@ -88,14 +98,15 @@ def test_lock_file_holds_the_wheels_own_pins():
         if req.marker and not req.marker.evaluate(env):
             continue
         pinned = pins.get(profiles.normalise_name(req.name))
-        assert pinned is not None, f"{req.name} missing from cu128.txt"
+        assert pinned is not None, f"{req.name} missing from {profile.requirements}"
         assert req.specifier.contains(pinned, prereleases=True), f"{req} vs {pinned}"
         checked += 1
     assert checked > 50
-    assert pins["sglang"] == "0.5.10.post1"
-    assert (pins["torch"], pins["transformers"]) == ("2.9.1", "5.3.0")
-    assert (pins["flashinfer-python"], pins["sglang-kernel"]) == ("0.6.7.post3", "0.4.1")
-    assert pins["nvidia-cuda-runtime-cu12"].startswith("12.8.")  # torch's CUDA 12.8 build
+    assert pins["sglang"] == profile.sglang_version
+    assert pins["torch"] == profile.torch_version
+    # torch's PyPI Linux wheel is the build for the profile's CUDA (cu12 12.8.x / cu13 13.0.x).
+    runtime = pins.get("nvidia-cuda-runtime-cu12") or pins["nvidia-cuda-runtime"]
+    assert runtime.startswith(profile.cuda_version + ".")
 
 
 def test_patch_data_loads_and_rejects_overlapping_texts(tmp_path):

@@ -1,0 +1,70 @@
+"""What the launch plan needs to know about the model: its architecture, from config.json.
+
+Sparse attention (DSA/NSA) is decided as sglang decides it (sglang 0.5.11
+`sglang/srt/configs/model_config.py` `is_deepseek_nsa`): the first architecture is one of
+DSA_ARCHITECTURES and config.json has `index_topk`. When config.json cannot be read (the
+checkpoint is not on this machine yet), the plan is made for the reference model, GLM-5,
+and says so.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+DSA_ARCHITECTURES = (
+    "DeepseekV3ForCausalLM",
+    "DeepseekV32ForCausalLM",
+    "DeepseekV3ForCausalLMNextN",
+    "MistralLarge3ForCausalLM",
+    "PixtralForConditionalGeneration",
+    "GlmMoeDsaForCausalLM",
+)
+REFERENCE_ARCHITECTURE = "GlmMoeDsaForCausalLM"  # GLM-5: DSA attention, MoE
+# config.json keys that give a model's routed experts (DeepSeek/GLM, Qwen-MoE, Mixtral).
+EXPERT_KEYS = ("n_routed_experts", "num_experts", "num_local_experts")
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    architecture: str
+    sparse_attention: bool  # DeepSeek-style sparse attention (DSA/NSA)
+    moe: bool
+    source: str  # the config.json read, or why the reference model was assumed
+    from_config: bool = True
+
+    @property
+    def summary(self) -> str:
+        parts = [self.architecture, "DSA sparse attention" if self.sparse_attention else "dense"]
+        if self.moe:
+            parts.append("MoE")
+        return ", ".join(parts)
+
+
+def read_model_facts(model_dir: Path) -> ModelFacts:
+    """Facts from `model_dir`/config.json; the reference model's, labelled, if unreadable."""
+    path = Path(model_dir) / "config.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return _assumed(f"{path} does not exist")
+    except (OSError, ValueError) as exc:
+        return _assumed(f"{path} is unreadable ({exc})")
+    architectures = data.get("architectures") if isinstance(data, dict) else None
+    if not architectures or not isinstance(architectures, list):
+        return _assumed(f"{path} names no architectures")
+    architecture = str(architectures[0])
+    sparse = architecture in DSA_ARCHITECTURES and data.get("index_topk") is not None
+    moe = any(isinstance(data.get(key), int) and data[key] > 0 for key in EXPERT_KEYS)
+    return ModelFacts(architecture, sparse, moe, str(path))
+
+
+def _assumed(problem: str) -> ModelFacts:
+    return ModelFacts(
+        REFERENCE_ARCHITECTURE,
+        sparse_attention=True,
+        moe=True,
+        source=f"{problem}; planned for the reference model GLM-5 ({REFERENCE_ARCHITECTURE})",
+        from_config=False,
+    )

@@ -1,0 +1,87 @@
+"""Targets: what each GPU generation needs from the launch plan and preflight.
+
+A target is data (glm5svc/data/targets.yaml): its compute capability and GPU count (the
+defaults of gpus.compute_capability / gpus.expected_count), its quantization, attention,
+sparse-attention and MoE backend choices with the reason for each, and the preflight rows
+that are failures only there. `gpus.target` picks one; sm120 (the reference deployment)
+is the default. Adding a GPU generation is adding an entry, no code. Facts: docs/targets.md.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from glm5svc.errors import ConfigError
+
+TARGETS_FILE = Path(__file__).parent / "data" / "targets.yaml"
+DEFAULT_TARGET = "sm120"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Choice(_Strict):
+    value: str | None  # None: the flag is left out and sglang chooses
+    reason: str = Field(min_length=1)
+
+
+class QuantizationChoice(Choice):
+    value: Literal["modelopt_fp4", "none"]
+
+
+class AttentionChoices(_Strict):
+    sparse: Choice  # models with DeepSeek-style sparse attention (DSA/NSA)
+    dense: Choice
+
+
+class Target(_Strict):
+    name: str
+    description: str
+    compute_capability: str = Field(pattern=r"^\d+\.\d+$")
+    gpu_count: int = Field(ge=1, le=64)
+    fp4: bool  # FP4 tensor cores (NVFP4 / modelopt_fp4 checkpoints)
+    host_checks: list[Literal["uvm_disable_hmm"]]
+    quantization: QuantizationChoice
+    attention_backend: AttentionChoices
+    sparse_decode_backend: Choice
+    sparse_prefill_backend: Choice
+    moe_runner_backend: Choice
+
+    @property
+    def sm(self) -> str:
+        return "SM" + self.compute_capability.replace(".", "")
+
+    def requires(self, host_check: str) -> bool:
+        return host_check in self.host_checks
+
+
+@cache
+def load_targets() -> dict[str, Target]:
+    try:
+        data = yaml.safe_load(TARGETS_FILE.read_text(encoding="utf-8"))
+        targets = {name: Target.model_validate({"name": name, **d}) for name, d in data.items()}
+    except (OSError, yaml.YAMLError, ValidationError, AttributeError, TypeError) as exc:
+        raise ConfigError(f"target table {TARGETS_FILE} is broken: {exc}") from None
+    if DEFAULT_TARGET not in targets:
+        raise ConfigError(f"target table {TARGETS_FILE} lacks the default target {DEFAULT_TARGET}")
+    return targets
+
+
+def known_targets() -> list[str]:
+    return sorted(load_targets())
+
+
+def get_target(name: str) -> Target:
+    """The named target; ConfigError naming the known ones if there is none."""
+    targets = load_targets()
+    if name not in targets:
+        raise ConfigError(
+            f"unknown target '{name}' (gpus.target); known targets: {', '.join(sorted(targets))}"
+        )
+    return targets[name]
