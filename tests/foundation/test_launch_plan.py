@@ -150,7 +150,7 @@ def test_unreadable_api_key_file_is_a_config_error(tmp_path):
 
 def test_non_sm120_gpus_are_named():
     plan = plan_for(gpus=H200_X1)
-    assert any("SM90, not the SM120 target" in n for n in plan.notes)
+    assert any("these GPUs are SM90, not SM120 of target sm120" in n for n in plan.notes)
 
 
 def test_shell_command_round_trips_through_a_shell():
