@@ -27,7 +27,7 @@ from glm5svc.sglang_flags import (
     parse_extra_args,
     version_problem,
 )
-from glm5svc.targets import Choice, Target, get_target
+from glm5svc.targets import Choice, Target, chosen_value, get_target
 
 SECRET_PLACEHOLDER = "<secret>"
 # Written by `glm5svc serve` (mode 0600) and read by sglang's own --config option,
@@ -408,8 +408,8 @@ class _Chosen:
 def _choose(configured: str | None, choice: Choice, key: str, target: Target) -> _Chosen:
     """The config's value if set, else the target's choice (with its reason)."""
     if configured is not None:
-        return _Chosen(configured, f"{key} (config)", "")
-    return _Chosen(choice.value, choice.reason, f"target {target.name}")
+        return _Chosen(chosen_value(configured, choice), f"{key} (config)", "")
+    return _Chosen(chosen_value(configured, choice), choice.reason, f"target {target.name}")
 
 
 def _chosen(name: str, configured, choice: Choice, key: str, plan: LaunchPlan) -> list[PlanEntry]:

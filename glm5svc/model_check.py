@@ -1,4 +1,9 @@
-"""Is the GLM-5-NVFP4 checkpoint directory complete? config, NVFP4 quantization config, shards."""
+"""Is the checkpoint directory complete? config.json, the quantization the plan passes, shards.
+
+The NVFP4 row is for the quantization the plan uses (modelopt_fp4: the sm120 and sm100
+targets' default); with `tuning.quantization: none` the checkpoint must not be NVFP4.
+With `model.load_format: dummy` (random weights) no shard is read, so none is required.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +11,10 @@ import json
 from pathlib import Path
 
 from glm5svc.checks import FAIL, OK, CheckRow, PreflightContext
+from glm5svc.targets import get_target, planned_quantization
 
 INDEX_FILE = "model.safetensors.index.json"
+SINGLE_FILE = "model.safetensors"  # small checkpoints: one file, no index
 
 
 def find_quant_algo(model_dir: Path) -> str | None:
@@ -51,7 +58,8 @@ def shard_problems(model_dir: Path) -> tuple[list[str], list[str], int]:
 
 
 def check_model_directory(ctx: PreflightContext) -> list[CheckRow]:
-    model_dir = ctx.config.model.path
+    config = ctx.config
+    model_dir = config.model.path
     fix = f"download or finish downloading the checkpoint into {model_dir} (or fix model.path)"
     if not model_dir.is_dir():
         return [CheckRow("model directory", FAIL, f"{model_dir} does not exist", fix)]
@@ -63,22 +71,50 @@ def check_model_directory(ctx: PreflightContext) -> list[CheckRow]:
         missing, empty, total = shard_problems(model_dir) if index_present else ([], [], 0)
     except ValueError as exc:
         return [CheckRow("model directory", FAIL, str(exc), fix)]
-    rows = []
-    if algo != "NVFP4":
-        found = f"quant_algo {algo}" if algo else "no quantization config"
+    rows = [_quantization_row(config, algo)]
+    if config.model.load_format == "dummy":
         rows.append(
-            CheckRow(
-                "model quantization",
-                FAIL,
-                f"{found}: expected NVFP4 (hf_quant_config.json or config.json "
-                "quantization_config) for --quantization modelopt_fp4",
-                "use the GLM-5-NVFP4 checkpoint; a partial download may lack hf_quant_config.json",
-            )
+            CheckRow("model shards", OK, "model.load_format dummy: random weights, no shard read")
+        )
+    elif not index_present and (model_dir / SINGLE_FILE).is_file():
+        size = (model_dir / SINGLE_FILE).stat().st_size
+        status = OK if size else FAIL
+        rows.append(
+            CheckRow("model shards", status, f"one file {SINGLE_FILE}, {size / 1e9:.1f} GB", fix)
         )
     else:
-        rows.append(CheckRow("model quantization", OK, "ModelOpt NVFP4"))
-    rows.append(_shard_row(index_present, missing, empty, total, fix))
+        rows.append(_shard_row(index_present, missing, empty, total, fix))
     return rows
+
+
+def _quantization_row(config, algo: str | None) -> CheckRow:
+    target = get_target(config.gpus.target)
+    quantization = planned_quantization(config.tuning, target)
+    origin = "tuning.quantization" if config.tuning.quantization else f"target {target.name}"
+    scope = f"quantization {quantization} ({origin})"
+    if quantization == "none":
+        if algo == "NVFP4":
+            return CheckRow(
+                "model quantization",
+                FAIL,
+                f"an NVFP4 checkpoint, but the plan passes no quantization ({origin}: none)",
+                "serve an unquantized checkpoint, or a target with FP4 tensor cores "
+                "(gpus.target: sm120 or sm100) with tuning.quantization: modelopt_fp4",
+                scope,
+            )
+        found = f"quant_algo {algo}" if algo else "no ModelOpt quantization config"
+        return CheckRow("model quantization", OK, f"{found}: served unquantized", scope=scope)
+    if algo != "NVFP4":
+        found = f"quant_algo {algo}" if algo else "no quantization config"
+        return CheckRow(
+            "model quantization",
+            FAIL,
+            f"{found}: expected NVFP4 (hf_quant_config.json or config.json "
+            "quantization_config) for --quantization modelopt_fp4",
+            "use the GLM-5-NVFP4 checkpoint; a partial download may lack hf_quant_config.json",
+            scope,
+        )
+    return CheckRow("model quantization", OK, "ModelOpt NVFP4", scope=scope)
 
 
 def _shard_row(index_present, missing, empty, total, fix) -> CheckRow:

@@ -15,13 +15,23 @@ import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from glm5svc.checks import FAIL, OK, UNKNOWN, WARN, Check, CheckRow, PreflightContext
+from glm5svc.checks import (
+    FAIL,
+    OK,
+    UNIVERSAL,
+    UNKNOWN,
+    WARN,
+    Check,
+    CheckRow,
+    PreflightContext,
+)
 from glm5svc.config import Config
 from glm5svc.container_resources import check_container_resources
 from glm5svc.gpus import parse_compute_capability, read_nvml_facts
 from glm5svc.model_check import check_model_directory
 from glm5svc.patches.preflight import check_stack_and_patches
 from glm5svc.profiles import load_profile
+from glm5svc.targets import get_target, known_targets, load_targets
 from glm5svc.topology import TopologyError, assess, read_topology
 
 UVM_HMM_PARAM = Path("/sys/module/nvidia_uvm/parameters/uvm_disable_hmm")
@@ -44,7 +54,8 @@ class PreflightReport:
         width = max((len(row.name) for row in self.rows), default=10)
         lines = []
         for row in self.rows:
-            lines.append(f"{row.status.upper():7} {row.name:<{width}}  {row.detail}")
+            scope = "" if row.scope == UNIVERSAL else f" [{row.scope}]"
+            lines.append(f"{row.status.upper():7} {row.name:<{width}}  {row.detail}{scope}")
             if row.fix and row.status != OK:
                 lines.append(f"{'':7} {'':<{width}}  fix: {row.fix}")
         verdict = "FAILED" if self.has_failures else "passed"
@@ -140,16 +151,28 @@ def check_compute_capability(ctx: PreflightContext) -> list[CheckRow]:
         return [CheckRow("compute capability", UNKNOWN, f"config expects {_sm(expected)}")]
     seen = ctx.gpus.compute_capability
     names = ", ".join(sorted(set(ctx.gpus.names))) or "unknown"
+    target = get_target(ctx.config.gpus.target)
     if seen == expected:
-        return [CheckRow("compute capability", OK, f"{_sm(seen)} ({names})")]
-    target = " (the SM120 target: RTX PRO 6000 Blackwell)" if expected == (12, 0) else ""
+        return [CheckRow("compute capability", OK, f"{_sm(seen)} ({names}), target {target.name}")]
+    fitting = [
+        t.name
+        for t in load_targets().values()
+        if parse_compute_capability(t.compute_capability) == seen
+    ]
+    fix = (
+        f"run on the intended GPUs, or set gpus.target: {fitting[0]}"
+        if fitting
+        else f"run on the intended GPUs, or add a target for {_sm(seen)} to "
+        f"glm5svc/data/targets.yaml (known: {', '.join(known_targets())})"
+    )
     return [
         CheckRow(
             "compute capability",
             FAIL,
-            f"{_sm(seen)} ({names}) is not the configured {_sm(expected)}{target}; the "
-            "plan's backends, patches and rules are tuned for that architecture",
-            "run on the intended GPUs, or set gpus.compute_capability and retune",
+            f"{_sm(seen)} ({names}) is not the configured {_sm(expected)} (target "
+            f"{target.name}: {target.description}); the plan's backends, patches and rules "
+            "are chosen for that architecture",
+            fix,
         )
     ]
 
@@ -168,22 +191,36 @@ def _sm(capability: tuple[int, int]) -> str:
 
 
 def check_uvm_hmm(ctx: PreflightContext, param: Path = UVM_HMM_PARAM) -> list[CheckRow]:
+    """A failure only on targets that need it (sm120: CUDA in the reference's LXC container
+    did not initialise until HMM was off); elsewhere the row informs."""
+    target = get_target(ctx.config.gpus.target)
+    needing = [t.name for t in load_targets().values() if t.requires("uvm_disable_hmm")]
+    required = target.requires("uvm_disable_hmm")
+    scope = f"target {target.name}" if required else f"target {', '.join(needing)}"
+    bad = FAIL if required else WARN
     fix = (
         "on the Proxmox host: options nvidia_uvm uvm_disable_hmm=1 in "
         "/etc/modprobe.d/nvidia-uvm.conf, then reload nvidia_uvm or reboot (host role)"
     )
+    if not required:
+        fix = f"nothing for target {target.name} unless CUDA fails to initialise; then: {fix}"
     try:
         value = param.read_text().strip()
     except OSError:
-        return [CheckRow("uvm_disable_hmm", FAIL, f"{param} missing: nvidia_uvm not loaded", fix)]
+        return [
+            CheckRow("uvm_disable_hmm", bad, f"{param} missing: nvidia_uvm not loaded", fix, scope)
+        ]
     if value in ("Y", "1"):
-        return [CheckRow("uvm_disable_hmm", OK, "Y: HMM disabled in nvidia_uvm")]
+        return [CheckRow("uvm_disable_hmm", OK, "Y: HMM disabled in nvidia_uvm", scope=scope)]
+    needed = "" if required else f"; only target {', '.join(needing)} requires it off"
     return [
         CheckRow(
             "uvm_disable_hmm",
-            FAIL,
-            f"{value}: HMM enabled; CUDA init can fail (request_free_mem_region() err -34)",
+            bad,
+            f"{value}: HMM enabled; CUDA init can fail in an LXC container "
+            f"(request_free_mem_region() err -34){needed}",
             fix,
+            scope,
         )
     ]
 
@@ -203,22 +240,27 @@ def check_uvm_device(ctx: PreflightContext, path: Path = Path("/dev/nvidia-uvm")
 
 
 def check_cuda_toolkit(ctx: PreflightContext) -> list[CheckRow]:
+    """The CUDA toolkit of the stack profile (cu128: 12.8, cu130: 13.0) at CUDA_HOME."""
     profile = load_profile(ctx.config.server.profile)
+    scope = f"profile {profile.name}"
     home = Path(ctx.config.server.cuda_home or profile.cuda_home)
     nvcc = home / "bin" / "nvcc"
-    fix = f"install cuda-toolkit-{profile.cuda_version.replace('.', '-')} (container role)"
+    fix = (
+        f"install cuda-toolkit-{profile.cuda_version.replace('.', '-')} (container role), "
+        "or point server.cuda_home at it"
+    )
     if not nvcc.exists():
-        return [CheckRow("cuda toolkit", FAIL, f"{nvcc} not found", fix)]
+        return [CheckRow("cuda toolkit", FAIL, f"{nvcc} not found", fix, scope)]
     try:
         out = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        return [CheckRow("cuda toolkit", FAIL, f"{nvcc} does not run: {exc}", fix)]
+        return [CheckRow("cuda toolkit", FAIL, f"{nvcc} does not run: {exc}", fix, scope)]
     match = re.search(r"release (\d+\.\d+)", out.stdout)
     release = match.group(1) if match else "unknown"
     if release != profile.cuda_version:
         detail = f"{nvcc} is CUDA {release}; profile {profile.name} needs {profile.cuda_version}"
-        return [CheckRow("cuda toolkit", FAIL, detail, fix)]
-    return [CheckRow("cuda toolkit", OK, f"CUDA {release} at {home}")]
+        return [CheckRow("cuda toolkit", FAIL, detail, fix, scope)]
+    return [CheckRow("cuda toolkit", OK, f"CUDA {release} at {home}", scope=scope)]
 
 
 def check_gpu_processes(ctx: PreflightContext) -> list[CheckRow]:

@@ -85,3 +85,18 @@ def get_target(name: str) -> Target:
             f"unknown target '{name}' (gpus.target); known targets: {', '.join(sorted(targets))}"
         )
     return targets[name]
+
+
+def chosen_value(configured: str | None, choice: Choice) -> str | None:
+    """The config's value when it sets one (tuning.*), else the target's choice."""
+    return configured if configured is not None else choice.value
+
+
+def planned_quantization(tuning, target: Target) -> str:
+    """modelopt_fp4 or none: tuning.quantization, else the target's."""
+    return chosen_value(tuning.quantization, target.quantization)
+
+
+def planned_moe_backend(tuning, target: Target) -> str | None:
+    """The MoE runner the plan passes for a MoE model (None: sglang's own)."""
+    return chosen_value(tuning.moe_runner_backend, target.moe_runner_backend)

@@ -7,15 +7,18 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 
-from glm5svc.checks import FAIL, OK, UNKNOWN, WARN, PreflightContext
-from glm5svc.config import Config, config_from_mapping
+from glm5svc.checks import FAIL, OK, UNKNOWN, WARN, CheckRow, PreflightContext
+from glm5svc.config import Config, config_from_mapping, example_config_path
 from glm5svc.gpus import GpuFacts
 from glm5svc.preflight import (
     check_compute_capability,
+    check_cuda_toolkit,
     check_gpu_count,
     check_uvm_device,
     check_uvm_hmm,
+    default_checks,
     run_preflight,
 )
 
@@ -93,3 +96,101 @@ def test_h200_is_not_the_sm120_target():
 def test_gpu_count(seen, mapping, status):
     gpus = GpuFacts(seen, (12, 0), "580", [], "nvml")
     assert check_gpu_count(context(gpus, mapping))[0].status == status
+
+
+H200_X1 = GpuFacts(1, (9, 0), "580.159.04", ["NVIDIA H200"], "nvml")
+
+
+def test_uvm_hmm_is_a_failure_only_for_targets_that_need_it(tmp_path):
+    param = tmp_path / "uvm_disable_hmm"
+    param.write_text("N\n")
+    sm120 = check_uvm_hmm(context(), param)[0]
+    assert (sm120.status, sm120.scope) == (FAIL, "target sm120")
+    sm90 = check_uvm_hmm(context(H200_X1, {"gpus": {"target": "sm90"}}), param)[0]
+    assert sm90.status == WARN and "only target sm120 requires it" in sm90.detail
+    assert (
+        check_uvm_hmm(context(H200_X1, {"gpus": {"target": "sm90"}}), tmp_path / "no")[0].status
+        == WARN
+    )
+
+
+def test_h200_with_an_h200_target_passes_compute_capability():
+    row = check_compute_capability(context(H200_X1, {"gpus": {"target": "sm90"}}))[0]
+    assert row.status == OK and "target sm90" in row.detail
+
+
+def test_wrong_target_names_the_fitting_one():
+    row = check_compute_capability(context(H200_X1))[0]
+    assert row.status == FAIL and "gpus.target: sm90" in row.fix
+
+
+def fake_cuda_home(tmp_path, release):
+    home = tmp_path / f"cuda-{release}"
+    (home / "bin").mkdir(parents=True)
+    nvcc = home / "bin" / "nvcc"
+    nvcc.write_text(f"#!/bin/sh\necho 'Cuda compilation tools, release {release}, V{release}.1'\n")
+    nvcc.chmod(0o755)
+    return home
+
+
+def test_cuda_toolkit_row_is_the_profiles(tmp_path):
+    home = fake_cuda_home(tmp_path, "13.0")
+    cu130 = {"server": {"profile": "cu130", "cuda_home": str(home)}}
+    row = check_cuda_toolkit(context(mapping=cu130))[0]
+    assert (row.status, row.scope) == (OK, "profile cu130")
+    row = check_cuda_toolkit(context(mapping={"server": {"cuda_home": str(home)}}))[0]
+    assert row.status == FAIL and "profile cu128 needs 12.8" in row.detail
+
+
+def h200_machine(tmp_path):
+    """The shipped H200 example on a made-up H200 machine: a tiny Llama directory, the CUDA
+    13.0 toolkit at server.cuda_home, sglang 0.5.11 at PYTHONPATH (metadata only)."""
+    model = tmp_path / "llama-tiny"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"]}))
+    site = tmp_path / "site"
+    (site / "sglang").mkdir(parents=True)
+    (site / "sglang-0.5.11.dist-info").mkdir()
+    (site / "sglang-0.5.11.dist-info" / "METADATA").write_text("Name: sglang\nVersion: 0.5.11\n")
+    data = yaml.safe_load(
+        (example_config_path().parent / "examples/h200-llama-tiny.yaml").read_text()
+    )
+    data["model"]["path"] = str(model)
+    data["server"].update(python=sys.executable, cuda_home=str(fake_cuda_home(tmp_path, "13.0")))
+    data["server"]["env"]["PYTHONPATH"] = str(site)
+    data["service"]["results_dir"] = str(tmp_path / "results")
+    return config_from_mapping(data)
+
+
+def all_rows(ctx):
+    rows = []
+    for check in default_checks():
+        try:
+            rows += check(ctx)
+        except Exception as exc:  # as run_preflight does: the check could not run here
+            rows.append(CheckRow(check.__name__, UNKNOWN, repr(exc)))
+    return {row.name: row for row in rows}
+
+
+def test_preflight_on_an_h200_fails_only_on_what_is_wrong_there(tmp_path):
+    config = h200_machine(tmp_path)
+    rows = all_rows(PreflightContext(config, H200_X1, None))
+    failures = {name for name, row in rows.items() if row.status == FAIL}
+    # This dev machine has no /dev/nvidia-uvm: a real failure wherever it is missing.
+    assert failures <= {"/dev/nvidia-uvm"}, {n: rows[n].detail for n in failures}
+    assert rows["compute capability"].status == OK
+    assert rows["gpu count"].status == OK
+    assert rows["cuda toolkit"].status == OK
+    assert rows["sglang"].status == OK and "0.5.11" in rows["sglang"].detail
+    assert rows["model quantization"].status == OK
+    assert rows["model shards"].status == OK and "dummy" in rows["model shards"].detail
+    autotune = rows["patch flashinfer-cutlass-autotune"]
+    assert autotune.status == OK and "not needed here" in autotune.detail
+    assert "no DSA attention" in rows["patch nsa-fp8-mha-prefix"].detail
+    assert rows["uvm_disable_hmm"].status in (OK, WARN)
+    # The same machine with the default (sm120) config fails on the sm120 rules.
+    default = config_from_mapping({"model": {"path": str(config.model.path)}})
+    strict = all_rows(PreflightContext(default, H200_X1, None))
+    assert strict["compute capability"].status == FAIL
+    assert strict["model quantization"].status == FAIL
+    assert strict["model shards"].status == FAIL
