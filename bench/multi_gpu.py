@@ -13,6 +13,7 @@ Phases (each writes into the JSON as it finishes; a failed phase keeps the other
                 `glm5svc telemetry --once --json` taken while it runs
 
     PYTHONPATH=. python3 bench/multi_gpu.py --out results/multi-gpu.json --logs results/
+    python -m testkit.with_fake_nvml 2 bench/multi_gpu.py --short   (CI: fake NVML, no torch)
 
 Needs nvidia-ml-py, and torch with CUDA and NCCL for the all-reduce phase.
 """
@@ -36,6 +37,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench.phases import run_phases, write_json  # noqa: E402
+from glm5svc.nvml import field_value, text  # noqa: E402
 
 UINT_MAX = 0xFFFFFFFF  # field-value scopeId meaning "summed over all links"
 NVLINK_FIELDS = {
@@ -89,9 +91,9 @@ def environment() -> dict:
             handles = [
                 pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())
             ]
-            env["gpus"] = [_text(pynvml.nvmlDeviceGetName(h)) for h in handles]
+            env["gpus"] = [text(pynvml.nvmlDeviceGetName(h)) for h in handles]
             env["gpu_count"] = len(handles)
-            env["driver"] = _text(pynvml.nvmlSystemGetDriverVersion())
+            env["driver"] = text(pynvml.nvmlSystemGetDriverVersion())
             env["cuda_driver_version"] = pynvml.nvmlSystemGetCudaDriverVersion()
         finally:
             pynvml.nvmlShutdown()
@@ -110,10 +112,6 @@ def environment() -> dict:
     except Exception as exc:  # noqa: BLE001
         env["torch_error"] = repr(exc)
     return env
-
-
-def _text(value) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 # -- sample cost ---------------------------------------------------------------------------
@@ -157,8 +155,6 @@ def sample_cost(n: int) -> dict:
 
 def read_nvlink(pynvml, handle, scope: int = UINT_MAX) -> dict:
     """One batched field read of the NVLink counters; None where NVML answers an error."""
-    from glm5svc.telemetry.nvml import field_value
-
     ids = list(NVLINK_FIELDS.values())
     values = pynvml.nvmlDeviceGetFieldValues(handle, [(fid, scope) for fid in ids])
     out = {}
@@ -446,7 +442,12 @@ def main(argv=None) -> int:
     parser.add_argument("--samples", type=int, default=200)
     parser.add_argument("--mib", type=int, default=256, help="all-reduce buffer per rank")
     parser.add_argument("--allreduce-seconds", type=float, default=8.0)
+    parser.add_argument(
+        "--short", action="store_true", help="5 reads per figure and no all-reduce (no torch)"
+    )
     args = parser.parse_args(argv)
+    if args.short:
+        args.samples = 5
     if args.mode == "allreduce-worker":
         return allreduce_worker(args)
 
@@ -456,12 +457,15 @@ def main(argv=None) -> int:
         ("sample_cost", lambda: sample_cost(args.samples)),
         ("nvlink_probe", lambda: nvlink_probe(args.samples)),
         ("telemetry_once_idle", run_telemetry_once),
-        ("allreduce_p2p", lambda: allreduce_phase("p2p", {}, args, args.logs)),
-        (
-            "allreduce_no_p2p",
-            lambda: allreduce_phase("no_p2p", {"NCCL_P2P_DISABLE": "1"}, args, args.logs),
-        ),
     ]
+    if not args.short:
+        phases += [
+            ("allreduce_p2p", lambda: allreduce_phase("p2p", {}, args, args.logs)),
+            (
+                "allreduce_no_p2p",
+                lambda: allreduce_phase("no_p2p", {"NCCL_P2P_DISABLE": "1"}, args, args.logs),
+            ),
+        ]
     failed = run_phases(phases, result, args.out)
     try:
         report(result)

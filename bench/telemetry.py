@@ -7,6 +7,7 @@ the fast PCIe loop runs, and whether a counter wrap was lost); power rising towa
 under a bf16 matmul load, with the clock-event reasons seen. Prints figures, writes JSON.
 
     PYTHONPATH=. python3 bench/telemetry.py --out results/telemetry-bench.json
+    python -m testkit.with_fake_nvml 2 bench/telemetry.py --short    (CI: the fake NVML)
 
 Needs torch with CUDA and nvidia-ml-py; not part of the unit tests.
 """
@@ -29,14 +30,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import pynvml  # noqa: E402
 
 from bench.phases import run_phases  # noqa: E402
-from glm5svc.telemetry import PynvmlSource, Sampler  # noqa: E402
-from glm5svc.telemetry.nvml import (  # noqa: E402
+from glm5svc.nvml import (  # noqa: E402
     FI_PCIE_COUNT_RX_BYTES,
     FI_PCIE_COUNT_TX_BYTES,
     FI_PCIE_REPLAY_COUNTER,
     FI_POWER_INSTANT,
     FI_TOTAL_ENERGY_CONSUMPTION,
 )
+from glm5svc.telemetry import PynvmlSource, Sampler  # noqa: E402
 
 GIB = 2**30
 
@@ -448,7 +449,13 @@ def main(argv=None) -> int:
     parser.add_argument("--matmul-seconds", type=float, default=25.0)
     parser.add_argument("--matmul-size", type=int, default=8192)
     parser.add_argument("--skip-torch", action="store_true", help="cost figures only")
+    parser.add_argument(
+        "--short", action="store_true", help="cost figures only, 5 reads each, 1 s of sampler"
+    )
     args = parser.parse_args(argv)
+    sampler_seconds = 5.0
+    if args.short:
+        args.skip_torch, args.samples, sampler_seconds = True, 5, 1.0
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError as exc:
@@ -465,7 +472,7 @@ def main(argv=None) -> int:
         result["environment"]["torch"] = torch.__version__
     phases = [("per_call_cost_gpu0", lambda: per_call_costs_gpu0(args.samples))]
     phases.append(("sampler_cost", lambda: sampler_costs(args.samples)))
-    phases.append(("sampler_cpu", lambda: sampler_cpu(5.0, 1.0, args.pcie_period)))
+    phases.append(("sampler_cpu", lambda: sampler_cpu(sampler_seconds, 1.0, args.pcie_period)))
     if torch:
         phases.append(
             (

@@ -1,10 +1,12 @@
-"""What the launch plan and preflight need to know about the GPUs: from NVML, else from config."""
+"""What the launch plan and preflight need to know about the GPUs: from NVML (glm5svc.nvml),
+else from config."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
 from glm5svc.config import Config
+from glm5svc.nvml import NvmlUnavailable, PynvmlSource
 
 SM120 = (12, 0)
 
@@ -50,32 +52,21 @@ def facts_from_config(config: Config, reason: str) -> GpuFacts:
     )
 
 
-def read_nvml_facts() -> GpuFacts:
-    """Read count, compute capability and driver from NVML; raises RuntimeError without it."""
+def read_nvml_facts(source: PynvmlSource | None = None) -> GpuFacts:
+    """Count, compute capability and driver from NVML; raises NvmlUnavailable saying why not."""
+    source = source or PynvmlSource()
+    gpus = source.open()
     try:
-        import pynvml
-    except ImportError as exc:  # nvidia-ml-py is a dependency, but be honest if it is missing
-        raise RuntimeError(f"nvidia-ml-py is not installed: {exc}") from None
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError as exc:
-        raise RuntimeError(f"no NVIDIA driver: {exc}") from None
-    try:
-        count = pynvml.nvmlDeviceGetCount()
-        handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
-        names = [_text(pynvml.nvmlDeviceGetName(h)) for h in handles]
-        capabilities = {pynvml.nvmlDeviceGetCudaComputeCapability(h) for h in handles}
-        driver = _text(pynvml.nvmlSystemGetDriverVersion())
+        capabilities = {source.compute_capability(gpu.index) for gpu in gpus}
+        driver = source.driver_version()
     finally:
-        pynvml.nvmlShutdown()
-    if not count:
-        raise RuntimeError("the NVIDIA driver is loaded but reports no GPU")
+        source.close()
     note = "" if len(capabilities) == 1 else f"mixed compute capabilities: {sorted(capabilities)}"
     return GpuFacts(
-        count=count,
-        compute_capability=tuple(min(capabilities)),
+        count=len(gpus),
+        compute_capability=min(capabilities),
         driver_version=driver,
-        names=names,
+        names=[gpu.name for gpu in gpus],
         source="nvml",
         note=note,
     )
@@ -84,9 +75,5 @@ def read_nvml_facts() -> GpuFacts:
 def detect_gpus(config: Config) -> GpuFacts:
     try:
         return read_nvml_facts()
-    except RuntimeError as exc:
+    except NvmlUnavailable as exc:
         return facts_from_config(config, str(exc))
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value

@@ -29,6 +29,7 @@ from glm5svc.config import Config
 from glm5svc.container_resources import check_container_resources
 from glm5svc.gpus import parse_compute_capability, read_nvml_facts
 from glm5svc.model_check import check_model_directory
+from glm5svc.nvml import NvmlUnavailable, PynvmlSource
 from glm5svc.patches.preflight import check_stack_and_patches
 from glm5svc.profiles import load_profile
 from glm5svc.targets import get_target, known_targets, load_targets
@@ -71,7 +72,7 @@ def _counts(rows: list[CheckRow]) -> str:
 def run_preflight(config: Config, checks: list[Check] | None = None) -> PreflightReport:
     try:
         gpus, error = read_nvml_facts(), None
-    except RuntimeError as exc:
+    except NvmlUnavailable as exc:
         gpus, error = None, str(exc)
     context = PreflightContext(config, gpus, error)
     report = PreflightReport()
@@ -266,7 +267,10 @@ def check_cuda_toolkit(ctx: PreflightContext) -> list[CheckRow]:
 def check_gpu_processes(ctx: PreflightContext) -> list[CheckRow]:
     if ctx.gpus is None:
         return [CheckRow("gpu processes", UNKNOWN, "no NVML to list processes")]
-    holders = list_gpu_processes()
+    try:
+        holders = list_gpu_processes()
+    except NvmlUnavailable as exc:
+        return [CheckRow("gpu processes", UNKNOWN, str(exc))]
     if not holders:
         return [CheckRow("gpu processes", OK, "no process holds a GPU")]
     shown = ", ".join(f"pid {pid} on GPU {gpu} ({mib} MiB)" for gpu, pid, mib in holders[:6])
@@ -281,21 +285,18 @@ def check_gpu_processes(ctx: PreflightContext) -> list[CheckRow]:
     ]
 
 
-def list_gpu_processes() -> list[tuple[int, int, int]]:
+def list_gpu_processes(source: PynvmlSource | None = None) -> list[tuple[int, int, int]]:
     """(gpu index, pid, MiB) for every compute process NVML reports."""
-    import pynvml
-
-    pynvml.nvmlInit()
+    source = source or PynvmlSource()
+    gpus = source.open()
     try:
-        found = []
-        for index in range(pynvml.nvmlDeviceGetCount()):
-            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
-                used = (proc.usedGpuMemory or 0) // 2**20
-                found.append((index, proc.pid, used))
-        return found
+        return [
+            (gpu.index, pid, (used or 0) // 2**20)
+            for gpu in gpus
+            for pid, used in source.compute_processes(gpu.index)
+        ]
     finally:
-        pynvml.nvmlShutdown()
+        source.close()
 
 
 def check_rlimits(ctx: PreflightContext) -> list[CheckRow]:

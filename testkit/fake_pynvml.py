@@ -28,6 +28,7 @@ class FakeDevice:
     sm_clock: int = 1800
     mem_clock: int = 12000
     reasons: int = 0x4
+    capability: tuple[int, int] = (12, 0)  # SM120: RTX PRO 6000 Blackwell
     pstate: int = 0
     pcie_gen: int = 5
     pcie_width: int = 16
@@ -38,9 +39,10 @@ class FakeDevice:
     unsupported: set[str] = field(default_factory=set)
 
 
-def _field(field_id: int, value: int | None) -> real.c_nvmlFieldValue_t:
+def _field(field_id: int, value: int | None, scope: int = 0) -> real.c_nvmlFieldValue_t:
     entry = real.c_nvmlFieldValue_t()
     entry.fieldId = field_id
+    entry.scopeId = scope
     if value is None:
         entry.nvmlReturn = real.NVML_ERROR_NOT_SUPPORTED
     else:
@@ -75,7 +77,8 @@ def make_module(gpus: int = 2, init_error: Exception | None = None):
 
     def field_values(d: FakeDevice, ids):
         out = []
-        for field_id in ids:
+        for wanted in ids:  # a field id, or (field id, scope id) as pynvml also takes
+            field_id, scope = wanted if isinstance(wanted, tuple) else (wanted, 0)
             if field_id == 197:
                 d.pcie_reads += 1
                 value = d.pcie_tx[min(d.pcie_reads - 1, len(d.pcie_tx) - 1)]
@@ -85,7 +88,7 @@ def make_module(gpus: int = 2, init_error: Exception | None = None):
                 value = {186: d.power_instant_mw, 83: d.energy_mj, 94: d.replay}.get(field_id)
             if f"field{field_id}" in d.unsupported:
                 value = None
-            out.append(_field(field_id, value))
+            out.append(_field(field_id, value, scope))
         return out
 
     def guarded(what, fn):
@@ -98,6 +101,7 @@ def make_module(gpus: int = 2, init_error: Exception | None = None):
     m.nvmlInit = init
     m.nvmlShutdown = shutdown
     m.nvmlDeviceGetCount = lambda: len(devices)
+    m.nvmlDeviceGetCudaComputeCapability = guarded("capability", lambda d: d.capability)
     m.nvmlDeviceGetHandleByIndex = lambda i: devices[i]
     m.nvmlSystemGetDriverVersion = lambda: "580.159.04"
     m.nvmlDeviceGetName = lambda d: "NVIDIA RTX PRO 6000 Blackwell Server Edition"
@@ -128,4 +132,10 @@ def make_module(gpus: int = 2, init_error: Exception | None = None):
         types.SimpleNamespace(pid=4242, usedGpuMemory=d.mem_used)
     ]
     m.nvmlDeviceGetPcieThroughput = lambda d, counter: 0
+    m.nvmlSystemGetCudaDriverVersion = lambda: 12080
+    m.nvmlDeviceGetNvLinkState = _no_nvlink  # PCIe-only boards, like the RTX PRO 6000
     return m
+
+
+def _no_nvlink(device, link):
+    raise real.NVMLError_NotSupported()

@@ -3,14 +3,15 @@
     summary = run_benchmark(plan_from_config(config), config.service.results_dir,
                             Judgement.from_config(config), config=config)
 
-The service uses glm5svc.bench.post_start (run_post_start_benchmark, bench_metrics_families).
+The service runs glm5svc.bench.post_start (post_start_hook) after READY; it exports the
+result's gauges through glm5svc.benchmark_gauges, never importing this package.
 """
 
 from glm5svc.bench.baselines import load_baseline, load_summary, shipped_baselines
-from glm5svc.bench.metrics import LevelMetrics, parse_bench_line
 from glm5svc.bench.plan import BenchPlan, plan_from_config
 from glm5svc.bench.results import BenchSummary, LevelResult
 from glm5svc.bench.runner import BenchEvent
+from glm5svc.bench.serving_figures import LevelMetrics, parse_bench_line
 from glm5svc.bench.sweep import Judgement, run_benchmark
 
 __all__ = [

@@ -2,8 +2,7 @@
 /metrics gauges (labelled by concurrency).
 
     summary = run_post_start_benchmark(config, sampler=sampler, on_progress=cb)
-    summary.to_status()                     # for /status
-    bench_metrics_families(summary)         # GaugeMetricFamily list for /metrics
+    summary.to_status()                     # for /status (its gauges: glm5svc.benchmark_gauges)
     should_degrade(config, summary)         # below baseline and configured to degrade
 
 `post_start_hook(context)` adapts this to the supervisor's post-READY hook protocol
@@ -24,15 +23,6 @@ from glm5svc.bench.runner import BenchEvent, ProgressCallback
 from glm5svc.bench.sweep import Judgement, run_benchmark
 
 POST_START_KIND = "post-start"
-# The keys the service exports as glm5svc_benchmark_<key> from the hook's "summary".
-HEADLINE_KEYS = (
-    "total_throughput",
-    "output_throughput",
-    "request_throughput",
-    "mean_ttft_ms",
-    "mean_tpot_ms",
-    "concurrency",
-)
 
 
 def run_post_start_benchmark(
@@ -96,7 +86,7 @@ def status_dict(config: Any, summary: BenchSummary) -> dict[str, Any]:
 
 
 def headline(summary: BenchSummary) -> dict[str, float]:
-    """The best level's figures, flat (what glm5svc_benchmark_<key> gauges show)."""
+    """The best level's figures, flat (/status "benchmark" "summary")."""
     measured = [lv for lv in summary.levels if lv.metrics and lv.metrics.total_throughput]
     if not measured:
         return {}
@@ -112,78 +102,3 @@ def headline(summary: BenchSummary) -> dict[str, float]:
         "below_baseline": 1.0 if summary.below_baseline else 0.0,
     }
     return {k: v for k, v in values.items() if v is not None}
-
-
-# (metric name, help, status-level key, scale to base units)
-LEVEL_GAUGES = (
-    ("glm5svc_bench_total_throughput_tokens_per_second", "total tok/s", "total_tok_s", 1.0),
-    ("glm5svc_bench_output_throughput_tokens_per_second", "output tok/s", "output_tok_s", 1.0),
-    ("glm5svc_bench_request_throughput_per_second", "requests/s", "request_per_s", 1.0),
-    ("glm5svc_bench_ttft_median_seconds", "median time to first token", "median_ttft_ms", 1e-3),
-    ("glm5svc_bench_itl_median_seconds", "median inter-token latency", "median_itl_ms", 1e-3),
-    (
-        "glm5svc_bench_energy_per_output_token_joules",
-        "GPU energy per output token",
-        "joules_per_output_token",
-        1.0,
-    ),
-    (
-        "glm5svc_bench_power_share_of_limit_ratio",
-        "mean GPU power over the power limit",
-        "mean_power_share",
-        1.0,
-    ),
-    (
-        "glm5svc_bench_baseline_change_ratio",
-        "total tok/s change against the baseline (-0.1 = 10% below)",
-        "vs_baseline_pct",
-        1e-2,
-    ),
-)
-
-
-def bench_metrics_families(summary: BenchSummary | dict[str, Any] | None) -> list:
-    """Prometheus gauge families of the last benchmark, per level (label `concurrency`).
-    Takes the BenchSummary or its to_status() dict (what the service keeps)."""
-    from prometheus_client.core import GaugeMetricFamily
-
-    if summary is None:
-        return []
-    status = summary.to_status() if isinstance(summary, BenchSummary) else summary
-    levels = status.get("levels") or []
-    families = []
-    for name, doc, key, scale in LEVEL_GAUGES:
-        family = GaugeMetricFamily(name, f"last benchmark: {doc}", labels=["concurrency"])
-        for level in levels:
-            value = level.get(key)
-            if isinstance(value, int | float) and not isinstance(value, bool):
-                family.add_metric([str(level["concurrency"])], float(value) * scale)
-        families.append(family)
-    completed = GaugeMetricFamily(
-        "glm5svc_bench_completed_ratio",
-        "last benchmark: completed over requested requests",
-        labels=["concurrency"],
-    )
-    for level in levels:
-        if level.get("requested"):
-            completed.add_metric(
-                [str(level["concurrency"])], level.get("completed", 0) / level["requested"]
-            )
-    families.append(completed)
-    below = GaugeMetricFamily(
-        "glm5svc_bench_below_baseline",
-        "1 when the last benchmark was below its baseline beyond the threshold",
-        value=1.0 if status.get("below_baseline") else 0.0,
-    )
-    families.append(below)
-    return families
-
-
-class BenchCollector:
-    """A prometheus_client collector over a function returning the last summary/status."""
-
-    def __init__(self, last: Callable[[], BenchSummary | dict[str, Any] | None]):
-        self.last = last
-
-    def collect(self):
-        yield from bench_metrics_families(self.last())

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from glm5svc.bench.metrics import LevelMetrics
 from glm5svc.bench.power import LevelTelemetry, unavailable
+from glm5svc.bench.serving_figures import LevelMetrics
 
 SUMMARY_SCHEMA = "glm5svc.bench.summary/1"
 

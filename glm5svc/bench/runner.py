@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from glm5svc.bench.metrics import BenchLineError, last_result_line, parse_bench_line
 from glm5svc.bench.plan import BenchPlan
 from glm5svc.bench.power import WindowSampler, level_telemetry, unavailable
 from glm5svc.bench.results import LevelResult
+from glm5svc.bench.serving_figures import BenchLineError, last_result_line, parse_bench_line
 
 # Printed by bench_serving 0.3 .. 0.5.x (matched by content, as the wording around varies).
 MEASURED_RUN_STARTS = "Starting main benchmark run"

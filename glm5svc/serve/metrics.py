@@ -6,7 +6,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from glm5svc.bench.post_start import bench_metrics_families
+from glm5svc.benchmark_gauges import bench_metrics_families
 from glm5svc.serve.phases import Phase
 from glm5svc.serve.state import SupervisorState
 from glm5svc.telemetry import register_gpu_collector

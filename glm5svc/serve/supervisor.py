@@ -55,7 +55,7 @@ class PostReadyContext:
 
 
 # hook(context) -> JSON-able dict shown in /status "benchmark" and exported on /metrics
-# (glm5svc.bench.post_start.bench_metrics_families); "degraded": true marks the service
+# (glm5svc.benchmark_gauges.bench_metrics_families); "degraded": true marks the service
 # degraded, not unready. Exceptions are reported, never fatal.
 PostReadyHook = Callable[[PostReadyContext], dict | None]
 

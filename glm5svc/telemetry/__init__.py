@@ -5,7 +5,7 @@ register_gpu_collector(registry, sampler)          # /metrics serves the snapsho
 w = sampler.open_window("c=64"); ...; stats = sampler.close_window(w)
 """
 
-from glm5svc.telemetry.nvml import GpuIdentity, NvmlSource, NvmlUnavailable, PynvmlSource, RawSample
+from glm5svc.nvml import GpuIdentity, NvmlSource, NvmlUnavailable, PynvmlSource, RawSample
 from glm5svc.telemetry.sampler import (
     GpuSnapshot,
     GpuWindowStats,

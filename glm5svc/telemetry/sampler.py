@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
+from glm5svc.nvml import GpuIdentity, NvmlSource, NvmlUnavailable, PynvmlSource, RawSample
 from glm5svc.telemetry.decoding import (
     PcieCounter,
     decode_clock_event_reasons,
@@ -21,7 +22,6 @@ from glm5svc.telemetry.decoding import (
     is_thermally_limited,
     pcie_max_counter_rate,
 )
-from glm5svc.telemetry.nvml import GpuIdentity, NvmlSource, NvmlUnavailable, RawSample
 
 log = logging.getLogger(__name__)
 
@@ -245,11 +245,7 @@ class Sampler:
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
     ):
-        if source is None:
-            from glm5svc.telemetry.nvml import PynvmlSource
-
-            source = PynvmlSource()
-        self._source = source
+        self._source = source if source is not None else PynvmlSource()
         self.period_s = period_s
         self.pcie_period_s = pcie_period_s
         self.retry_s = retry_s

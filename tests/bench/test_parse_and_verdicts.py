@@ -8,11 +8,12 @@ from pathlib import Path
 import pytest
 
 from glm5svc.bench.baselines import load_baseline, shipped_baselines
-from glm5svc.bench.metrics import BenchLineError, parse_bench_line
-from glm5svc.bench.post_start import bench_metrics_families, headline, status_dict
+from glm5svc.bench.post_start import headline, status_dict
 from glm5svc.bench.power import LevelTelemetry, unavailable
 from glm5svc.bench.results import BenchSummary, LevelResult
+from glm5svc.bench.serving_figures import BenchLineError, parse_bench_line
 from glm5svc.bench.verdicts import compare_with_baseline, find_knee, gpus_underused
+from glm5svc.benchmark_gauges import bench_metrics_families
 from glm5svc.config import Config
 from glm5svc.errors import ConfigError
 

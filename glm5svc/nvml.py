@@ -1,6 +1,9 @@
-"""The small interface through which all NVML access goes, and its pynvml implementation.
+"""The one way to NVML: a small interface (`NvmlSource`) and its pynvml implementation.
 
-Tests substitute a fake `NvmlSource` fed with recorded counter sequences.
+Everything that reads the GPUs goes through here: the launch plan's and preflight's GPU
+facts (glm5svc.gpus), preflight's GPU holders, and the telemetry sampler. One error type
+(`NvmlUnavailable`, saying why), one text helper. Tests pass `PynvmlSource` the fake module
+testkit.fake_pynvml, or substitute a whole `NvmlSource` fed with recorded counters.
 """
 
 from __future__ import annotations
@@ -87,7 +90,8 @@ class NvmlSource(Protocol):
         """Raw (tx, rx) 32-bit counter values."""
 
 
-def _text(value: Any) -> str:
+def text(value: Any) -> str:
+    """NVML strings are bytes in older bindings, str in newer ones."""
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
@@ -153,7 +157,28 @@ class PynvmlSource:
         self._handles = []
 
     def driver_version(self) -> str | None:
-        return self._optional("driver", self._nvml.nvmlSystemGetDriverVersion, {})
+        driver = self._optional("driver", self._nvml.nvmlSystemGetDriverVersion, {})
+        return text(driver) if driver is not None else None
+
+    def compute_capability(self, index: int) -> tuple[int, int]:
+        """(major, minor) of one GPU; raises NvmlUnavailable when NVML cannot tell."""
+        try:
+            major, minor = self._nvml.nvmlDeviceGetCudaComputeCapability(self._handles[index])
+        except self._nvml.NVMLError as exc:
+            raise NvmlUnavailable(
+                f"NVML could not read GPU {index}'s compute capability: {exc}"
+            ) from None
+        return int(major), int(minor)
+
+    def compute_processes(self, index: int) -> list[tuple[int, int | None]]:
+        """(pid, used bytes or None) of every compute process on one GPU; raises
+        NvmlUnavailable when NVML cannot list them."""
+        nvml = self._nvml
+        try:
+            procs = nvml.nvmlDeviceGetComputeRunningProcesses(self._handles[index])
+        except nvml.NVMLError as exc:
+            raise NvmlUnavailable(f"NVML could not list GPU {index}'s processes: {exc}") from None
+        return [(p.pid, p.usedGpuMemory) for p in procs]
 
     def _identity(self, index: int, handle: Any) -> GpuIdentity:
         nvml = self._nvml
@@ -162,9 +187,9 @@ class PynvmlSource:
         memory = self._optional("memory", nvml.nvmlDeviceGetMemoryInfo, errors, handle)
         return GpuIdentity(
             index=index,
-            name=_text(nvml.nvmlDeviceGetName(handle)),
-            uuid=_text(nvml.nvmlDeviceGetUUID(handle)),
-            pci_bus_id=_text(pci.busId) if pci is not None else "",
+            name=text(nvml.nvmlDeviceGetName(handle)),
+            uuid=text(nvml.nvmlDeviceGetUUID(handle)),
+            pci_bus_id=text(pci.busId) if pci is not None else "",
             memory_total_bytes=memory.total if memory is not None else None,
             max_pcie_generation=self._optional(
                 "pcie_gen", nvml.nvmlDeviceGetMaxPcieLinkGeneration, errors, handle
