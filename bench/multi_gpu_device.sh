@@ -1,13 +1,20 @@
 #!/usr/bin/env bash
-# Issue 9 in one device call: topology, preflight (default and 2-GPU config), the telemetry
-# benchmark across all GPUs, and bench/multi_gpu.py (all-reduce with telemetry).
+# The multi-GPU validation in one device call: topology, preflight (default and 2-GPU
+# config), the telemetry benchmark across all GPUs, and bench/multi_gpu.py (all-reduce with
+# telemetry).
 #     bench/multi_gpu_device.sh OUTDIR      (python3 must import glm5svc and its deps)
+#     SHORT=1 PYTHON=... bench/multi_gpu_device.sh OUTDIR   (the scripts' --short modes: CI)
 set -u
 OUT=${1:?usage: $0 OUTDIR}
 R=$OUT/raw
 mkdir -p "$R"
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 PY=${PYTHON:-python3}
+if [ -n "${SHORT:-}" ]; then
+    TELEMETRY_ARGS=(--short) MULTI_GPU_ARGS=(--short)
+else
+    TELEMETRY_ARGS=(--matmul-seconds 10) MULTI_GPU_ARGS=()
+fi
 
 step() {  # step NAME CMD...: stdout to NAME.txt, stderr to NAME.err, exit status to rc.txt
     local name=$1
@@ -32,8 +39,8 @@ step preflight-default "$PY" -m glm5svc --config /dev/null preflight
 step preflight-default-json "$PY" -m glm5svc --config /dev/null preflight --json
 step preflight-2gpu "$PY" -m glm5svc --config bench/multi_gpu_2gpu.yaml preflight
 step preflight-2gpu-json "$PY" -m glm5svc --config bench/multi_gpu_2gpu.yaml preflight --json
-step telemetry-bench "$PY" bench/telemetry.py --out "$R/telemetry-bench.json" --matmul-seconds 10
-step multi-gpu "$PY" bench/multi_gpu.py --out "$R/multi-gpu.json" --logs "$R"
+step telemetry-bench "$PY" bench/telemetry.py --out "$R/telemetry-bench.json" "${TELEMETRY_ARGS[@]}"
+step multi-gpu "$PY" bench/multi_gpu.py --out "$R/multi-gpu.json" --logs "$R" "${MULTI_GPU_ARGS[@]}"
 step nvlink-s-after nvidia-smi nvlink -s
 cp "$R/multi-gpu.json" "$R/telemetry-bench.json" "$OUT/" 2>/dev/null
 tar czf "$OUT/raw.tgz" -C "$OUT" raw && rm -rf "$R"

@@ -1,0 +1,115 @@
+"""Every script under bench/ runs in its short mode and prints its figures, so none rots.
+
+The GPU scripts run on testkit's fake pynvml (testkit.with_fake_nvml): their own code paths,
+with figures that mean nothing. bench/overhead.py runs the real bench_serving (testkit's
+bench venv) against the test engine, one small round.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+from bench.phases import run_phases
+
+REPO = Path(__file__).resolve().parents[2]
+BENCH = REPO / "bench"
+LIBRARIES = {"__init__.py", "phases.py"}  # imported by the scripts, not run
+FAKE_NVML = [sys.executable, "-m", "testkit.with_fake_nvml", "2"]
+SHORT_RUN_TESTS = {
+    "multi_gpu.py": "test_multi_gpu_short",
+    "multi_gpu_device.sh": "test_multi_gpu_device_short",
+    "overhead.py": "test_overhead_short",
+    "telemetry.py": "test_telemetry_short",
+}
+
+
+def run(argv: list[str], timeout: float, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        argv,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "PYTHONPATH": str(REPO), **env},
+    )
+
+
+def test_every_bench_script_has_a_short_run():
+    scripts = {p.name for p in BENCH.iterdir() if p.suffix in (".py", ".sh")} - LIBRARIES
+    assert scripts == set(SHORT_RUN_TESTS), "a new bench/ script needs its short run here"
+    assert all(name in globals() for name in SHORT_RUN_TESTS.values())
+
+
+def test_telemetry_short(tmp_path):
+    out = tmp_path / "telemetry.json"
+    done = run([*FAKE_NVML, "bench/telemetry.py", "--short", "--out", str(out)], 120)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "GPU 1 whole_sample   median" in done.stdout
+    assert "running sampler (period 1.0 s" in done.stdout
+    figures = json.loads(out.read_text())
+    assert {"per_call_cost_gpu0", "sampler_cost", "sampler_cpu"} <= figures.keys()
+    assert not any("error" in figures[name] for name in ("sampler_cost", "sampler_cpu"))
+
+
+def test_multi_gpu_short(tmp_path):
+    out = tmp_path / "multi-gpu.json"
+    done = run([*FAKE_NVML, "bench/multi_gpu.py", "--short", "--out", str(out)], 120)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "whole sample, 2 GPU(s): median" in done.stdout
+    assert "GPU 1 NVLink: 0 active links" in done.stdout
+    figures = json.loads(out.read_text())
+    assert figures["sample_cost"]["gpu_count"] == 2
+    assert "allreduce_p2p" not in figures
+
+
+def test_multi_gpu_device_short(tmp_path):
+    """The device script end to end: a fake nvidia-smi, Python on the fake NVML."""
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    (tools / "nvidia-smi").write_text('#!/bin/sh\necho "fake nvidia-smi $*"\n')
+    (tools / "python").write_text(f'#!/bin/sh\nexec {" ".join(FAKE_NVML)} "$@"\n')
+    for tool in tools.iterdir():
+        tool.chmod(0o755)
+    out = tmp_path / "out"
+    done = run(
+        ["bash", "bench/multi_gpu_device.sh", str(out)],
+        300,
+        SHORT="1",
+        PYTHON=str(tools / "python"),
+        PATH=f"{tools}{os.pathsep}{os.environ['PATH']}",
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "done:" in done.stdout
+    with tarfile.open(out / "raw.tgz") as archive:
+        rcs = archive.extractfile("raw/rc.txt").read().decode()
+        preflight = archive.extractfile("raw/preflight-2gpu.txt").read().decode()
+    status = dict(line.split() for line in rcs.splitlines())
+    assert len(status) == 14
+    assert status["telemetry-bench"] == status["multi-gpu"] == status["topo-m"] == "0"
+    assert "nvidia driver" in preflight and "driver 580.159.04" in preflight
+    assert json.loads((out / "multi-gpu.json").read_text())["sample_cost"]["gpu_count"] == 2
+
+
+def test_overhead_short():
+    done = run([sys.executable, "bench/overhead.py", "--short"], 480)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "bare bench_serving wall s:" in done.stdout
+    assert "glm5svc bench      wall s:" in done.stdout
+    assert "overhead:" in done.stdout and "% (goal <= 3 %)" in done.stdout
+
+
+def test_a_failed_phase_keeps_the_others_figures(tmp_path):
+    def broken() -> dict:
+        raise ValueError("no GPU")
+
+    out = tmp_path / "result.json"
+    result: dict = {}
+    failed = run_phases([("first", lambda: {"x": 1}), ("broken", broken)], result, out)
+    assert failed
+    written = json.loads(out.read_text())
+    assert written["first"] == {"x": 1} and "ValueError: no GPU" in written["broken"]["error"]
