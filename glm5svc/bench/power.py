@@ -6,8 +6,16 @@ benchmark without NVML, or a test, can pass anything with the same shape.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Protocol
+
+from glm5svc.telemetry.window_stats import (
+    GpuWindowStats,
+    WindowStats,
+    max_known,
+    mean_known,
+    total_or_none,
+)
 
 GB = 1e9
 
@@ -32,6 +40,26 @@ class GpuFigures:
     pcie_rx_gb_per_s: float | None
     power_limited_s: float
     thermal_limited_s: float
+
+    @classmethod
+    def from_window(cls, gpu: GpuWindowStats, duration: float | None) -> GpuFigures:
+        """The figures a level keeps of one GPU's window: the fields of the same name, the
+        utilisation, and PCIe bytes as GB/s over the window."""
+
+        def rate(nbytes: int | None) -> float | None:
+            return nbytes / duration / GB if nbytes is not None and duration else None
+
+        same = {f.name: getattr(gpu, f.name) for f in fields(cls) if hasattr(gpu, f.name)}
+        return cls(
+            **{
+                **same,
+                "gpu_utilization": gpu.mean_gpu_utilization,
+                "pcie_tx_gb_per_s": rate(gpu.pcie_tx_bytes),
+                "pcie_rx_gb_per_s": rate(gpu.pcie_rx_bytes),
+                "power_limited_s": float(gpu.power_limited_s or 0.0),
+                "thermal_limited_s": float(gpu.thermal_limited_s or 0.0),
+            }
+        )
 
 
 @dataclass(frozen=True)
@@ -68,14 +96,14 @@ def unavailable(reason: str) -> LevelTelemetry:
 
 
 def level_telemetry(
-    stats: Any, output_tokens: int | None, input_tokens: int | None
+    stats: WindowStats, output_tokens: int | None, input_tokens: int | None
 ) -> LevelTelemetry:
     """Reduce a WindowStats to the level's figures; tokens turn energy into J/token."""
     if not getattr(stats, "available", False) or not getattr(stats, "gpus", None):
         return unavailable(getattr(stats, "reason", None) or "no GPU telemetry in the window")
     duration = float(stats.duration_s) or None
-    gpus = [_gpu_figures(g, duration) for g in stats.gpus]
-    energy = _sum([g.energy_joules for g in gpus])
+    gpus = [GpuFigures.from_window(g, duration) for g in stats.gpus]
+    energy = stats.energy_joules
     total_tokens = (output_tokens or 0) + (input_tokens or 0)
     return LevelTelemetry(
         available=True,
@@ -83,55 +111,15 @@ def level_telemetry(
         energy_joules=energy,
         joules_per_output_token=energy / output_tokens if energy and output_tokens else None,
         joules_per_token=energy / total_tokens if energy and total_tokens else None,
-        mean_power_w=_mean([g.average_power_w for g in gpus]),
-        max_peak_power_w=_max([g.peak_power_w for g in gpus]),
-        mean_power_share=_mean([g.power_share_of_limit for g in gpus]),
-        max_power_share=_max([g.power_share_of_limit for g in gpus]),
-        max_peak_power_share=_max([g.peak_power_share_of_limit for g in gpus]),
-        mean_gpu_utilization=_mean([g.gpu_utilization for g in gpus]),
-        pcie_tx_gb_per_s=_sum([g.pcie_tx_gb_per_s for g in gpus]),
-        pcie_rx_gb_per_s=_sum([g.pcie_rx_gb_per_s for g in gpus]),
-        power_limited_s=_max([g.power_limited_s for g in gpus]),
-        thermal_limited_s=_max([g.thermal_limited_s for g in gpus]),
+        mean_power_w=mean_known(g.average_power_w for g in gpus),
+        max_peak_power_w=max_known(g.peak_power_w for g in gpus),
+        mean_power_share=mean_known(g.power_share_of_limit for g in gpus),
+        max_power_share=max_known(g.power_share_of_limit for g in gpus),
+        max_peak_power_share=max_known(g.peak_power_share_of_limit for g in gpus),
+        mean_gpu_utilization=mean_known(g.gpu_utilization for g in gpus),
+        pcie_tx_gb_per_s=total_or_none(g.pcie_tx_gb_per_s for g in gpus),
+        pcie_rx_gb_per_s=total_or_none(g.pcie_rx_gb_per_s for g in gpus),
+        power_limited_s=max_known(g.power_limited_s for g in gpus),
+        thermal_limited_s=max_known(g.thermal_limited_s for g in gpus),
         gpus=gpus,
     )
-
-
-def _gpu_figures(gpu: Any, duration: float | None) -> GpuFigures:
-    def rate(nbytes: int | None) -> float | None:
-        return nbytes / duration / GB if nbytes is not None and duration else None
-
-    average = gpu.average_power_w if gpu.average_power_w is not None else gpu.mean_sampled_power_w
-    return GpuFigures(
-        gpu=gpu.gpu,
-        average_power_w=average,
-        peak_power_w=gpu.peak_power_w,
-        power_limit_w=gpu.power_limit_w,
-        power_share_of_limit=gpu.power_share_of_limit,
-        peak_power_share_of_limit=gpu.peak_power_share_of_limit,
-        gpu_utilization=gpu.mean_gpu_utilization,
-        energy_joules=gpu.energy_joules,
-        pcie_tx_gb_per_s=rate(gpu.pcie_tx_bytes),
-        pcie_rx_gb_per_s=rate(gpu.pcie_rx_bytes),
-        power_limited_s=float(gpu.power_limited_s or 0.0),
-        thermal_limited_s=float(gpu.thermal_limited_s or 0.0),
-    )
-
-
-def _known(values: list[float | None]) -> list[float]:
-    return [v for v in values if v is not None]
-
-
-def _sum(values: list[float | None]) -> float | None:
-    # A sum over some GPUs only would understate the whole: all or nothing.
-    return sum(values) if values and None not in values else None  # type: ignore[arg-type]
-
-
-def _mean(values: list[float | None]) -> float | None:
-    known = _known(values)
-    return sum(known) / len(known) if known else None
-
-
-def _max(values: list[float | None]) -> float | None:
-    known = _known(values)
-    return max(known) if known else None

@@ -6,14 +6,10 @@ w = sampler.open_window("c=64"); ...; stats = sampler.close_window(w)
 """
 
 from glm5svc.nvml import GpuIdentity, NvmlSource, NvmlUnavailable, PynvmlSource, RawSample
-from glm5svc.telemetry.sampler import (
-    GpuSnapshot,
-    GpuWindowStats,
-    Sampler,
-    Snapshot,
-    Window,
-    WindowStats,
-)
+from glm5svc.telemetry.sampler import Sampler
+from glm5svc.telemetry.snapshot import GpuSnapshot, Snapshot
+from glm5svc.telemetry.window_stats import GpuWindowStats, WindowStats
+from glm5svc.telemetry.windows import Window
 
 __all__ = [
     "GpuIdentity",

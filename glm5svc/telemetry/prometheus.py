@@ -12,7 +12,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from glm5svc.telemetry.decoding import CLOCK_EVENT_REASONS
-from glm5svc.telemetry.sampler import GpuSnapshot, Sampler
+from glm5svc.telemetry.sampler import Sampler
+from glm5svc.telemetry.snapshot import GpuSnapshot
 
 GPU_LABELS = ("gpu", "UUID")
 INFO_LABELS = ("gpu", "UUID", "pci_bus_id", "modelName", "driver_version")

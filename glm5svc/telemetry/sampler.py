@@ -3,6 +3,15 @@
 Two threads: the slow loop reads every GPU once per `period_s`; the fast loop reads only
 the 32-bit PCIe byte counters every `pcie_period_s`, often enough that none wraps unseen.
 Nothing that reads the snapshot (a metrics scrape, the terminal view) calls NVML.
+The snapshot types are in telemetry/snapshot.py, the windows' accumulators in
+telemetry/windows.py, their figures in telemetry/window_stats.py.
+
+Locks, always taken in this order (a thread holding one never waits for an earlier one):
+  1. _sample_lock  one slow sample at a time (sample_now)
+  2. _lock         the GPU states list and the open windows (an RLock)
+  3. _energy_lock  energy counter reads folded in the order taken
+  4. _pcie_lock    one PCIe counter read-and-fold at a time, in read order
+The snapshot is replaced whole (one reference assignment), so readers take no lock.
 """
 
 from __future__ import annotations
@@ -12,197 +21,23 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 
 from glm5svc.nvml import GpuIdentity, NvmlSource, NvmlUnavailable, PynvmlSource, RawSample
 from glm5svc.telemetry.decoding import (
     PcieCounter,
     decode_clock_event_reasons,
-    is_power_limited,
-    is_thermally_limited,
     pcie_max_counter_rate,
 )
+from glm5svc.telemetry.snapshot import GpuSnapshot, Snapshot
+from glm5svc.telemetry.window_stats import WindowStats
+from glm5svc.telemetry.windows import GpuAccumulator, Marks, Window
 
 log = logging.getLogger(__name__)
 
 DEFAULT_PERIOD_S = 1.0
 DEFAULT_PCIE_PERIOD_S = 0.02
 DEFAULT_RETRY_S = 30.0
-
-
-@dataclass(frozen=True)
-class GpuSnapshot:
-    index: int
-    name: str
-    uuid: str
-    pci_bus_id: str
-    power_w: float | None = None
-    power_instant_w: float | None = None
-    power_limit_w: float | None = None
-    energy_joules_total: float | None = None
-    gpu_utilization_pct: float | None = None
-    memory_utilization_pct: float | None = None
-    memory_used_bytes: int | None = None
-    memory_total_bytes: int | None = None
-    temperature_c: float | None = None
-    sm_clock_mhz: float | None = None
-    memory_clock_mhz: float | None = None
-    clock_event_reasons_mask: int | None = None
-    clock_event_reasons: tuple[str, ...] = ()
-    performance_state: int | None = None
-    pcie_generation: int | None = None
-    pcie_width: int | None = None
-    pcie_tx_bytes_total: int | None = None
-    pcie_rx_bytes_total: int | None = None
-    pcie_tx_bytes_per_s: float | None = None
-    pcie_rx_bytes_per_s: float | None = None
-    pcie_gaps: int = 0
-    pcie_replay_count: int | None = None
-    processes: tuple[tuple[int, int | None], ...] = ()
-    errors: dict[str, str] = field(default_factory=dict)
-
-    def to_dict(self) -> dict:
-        data = asdict(self)
-        data["clock_event_reasons"] = list(self.clock_event_reasons)
-        data["processes"] = [{"pid": pid, "used_bytes": used} for pid, used in self.processes]
-        return data
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """What the sampler last saw. `available` False means no NVML; `reason` says why."""
-
-    available: bool
-    reason: str | None = None
-    driver_version: str | None = None
-    started_at: float | None = None  # unix time the sampler opened NVML
-    taken_at: float | None = None  # unix time of the last slow sample
-    taken_monotonic: float | None = None
-    gpus: tuple[GpuSnapshot, ...] = ()
-
-    def age_s(self, now_monotonic: float | None = None) -> float | None:
-        if self.taken_monotonic is None:
-            return None
-        return (now_monotonic if now_monotonic is not None else time.monotonic()) - (
-            self.taken_monotonic
-        )
-
-    def to_dict(self) -> dict:
-        return {
-            "available": self.available,
-            "reason": self.reason,
-            "driver_version": self.driver_version,
-            "started_at": self.started_at,
-            "taken_at": self.taken_at,
-            "gpus": [gpu.to_dict() for gpu in self.gpus],
-        }
-
-
-@dataclass(frozen=True)
-class GpuWindowStats:
-    """One GPU over one window. Means come from the slow samples taken inside the window."""
-
-    gpu: int
-    uuid: str
-    name: str
-    duration_s: float
-    samples: int
-    energy_joules: float | None
-    average_power_w: float | None  # energy / duration where energy is known
-    mean_sampled_power_w: float | None
-    peak_power_w: float | None
-    power_limit_w: float | None
-    power_share_of_limit: float | None
-    peak_power_share_of_limit: float | None
-    mean_gpu_utilization: float | None  # ratio 0-1
-    mean_memory_utilization: float | None
-    max_temperature_c: float | None
-    min_sm_clock_mhz: float | None
-    max_sm_clock_mhz: float | None
-    pcie_tx_bytes: int | None
-    pcie_rx_bytes: int | None
-    pcie_gaps: int  # read intervals in which a counter wrap may have been missed
-    power_limited_s: float
-    thermal_limited_s: float
-    clock_event_reasons_seen: tuple[str, ...]
-
-    def to_dict(self) -> dict:
-        data = asdict(self)
-        data["clock_event_reasons_seen"] = list(self.clock_event_reasons_seen)
-        return data
-
-
-@dataclass(frozen=True)
-class WindowStats:
-    label: str
-    available: bool
-    reason: str | None
-    started_at: float
-    duration_s: float
-    gpus: tuple[GpuWindowStats, ...]
-
-    @property
-    def energy_joules(self) -> float | None:
-        values = [g.energy_joules for g in self.gpus]
-        return sum(values) if values and None not in values else None
-
-    @property
-    def pcie_tx_bytes(self) -> int | None:
-        values = [g.pcie_tx_bytes for g in self.gpus]
-        return sum(values) if values and None not in values else None
-
-    @property
-    def pcie_rx_bytes(self) -> int | None:
-        values = [g.pcie_rx_bytes for g in self.gpus]
-        return sum(values) if values and None not in values else None
-
-    def to_dict(self) -> dict:
-        return {
-            "label": self.label,
-            "available": self.available,
-            "reason": self.reason,
-            "started_at": self.started_at,
-            "duration_s": self.duration_s,
-            "energy_joules": self.energy_joules,
-            "pcie_tx_bytes": self.pcie_tx_bytes,
-            "pcie_rx_bytes": self.pcie_rx_bytes,
-            "gpus": [gpu.to_dict() for gpu in self.gpus],
-        }
-
-
-@dataclass
-class _WindowGpu:
-    energy_j: float | None
-    tx: int | None
-    rx: int | None
-    gaps: int
-    samples: int = 0
-    power_sum: float = 0.0
-    power_n: int = 0
-    peak_power: float | None = None
-    limit: float | None = None
-    util_sum: float = 0.0
-    util_n: int = 0
-    mem_util_sum: float = 0.0
-    mem_util_n: int = 0
-    max_temp: float | None = None
-    min_sm: float | None = None
-    max_sm: float | None = None
-    power_limited_s: float = 0.0
-    thermal_limited_s: float = 0.0
-    reasons: set[str] = field(default_factory=set)
-
-
-@dataclass(eq=False)
-class Window:
-    """An interval being measured; get one from Sampler.open_window()."""
-
-    id: int
-    label: str
-    opened_monotonic: float
-    opened_at: float
-    gpus: list[_WindowGpu]
-    closed: bool = False
 
 
 @dataclass
@@ -470,7 +305,10 @@ class Sampler:
         previous_t = state.last_sample_t
         state.last_sample_t = t
         for window in self._windows:
-            self._accumulate(window, state, raw, t, previous_t)
+            # The interval since the previous sample is credited to the state read now.
+            start = window.opened_monotonic if previous_t is None else previous_t
+            start = max(start, window.opened_monotonic)
+            window.gpus[state.identity.index].add(raw, max(0.0, t - start))
         mask = raw.clock_event_reasons
         identity = state.identity
         return GpuSnapshot(
@@ -504,39 +342,6 @@ class Sampler:
             errors=dict(raw.errors),
         )
 
-    def _accumulate(
-        self, window: Window, state: _GpuState, raw: RawSample, t: float, previous_t: float | None
-    ) -> None:
-        acc = window.gpus[state.identity.index]
-        acc.samples += 1
-        # The interval since the previous sample is credited to the state read now.
-        start = window.opened_monotonic if previous_t is None else previous_t
-        interval = max(0.0, t - max(start, window.opened_monotonic))
-        if raw.power_w is not None:
-            acc.power_sum += raw.power_w
-            acc.power_n += 1
-        peak = max((p for p in (raw.power_w, raw.power_instant_w) if p is not None), default=None)
-        if peak is not None:
-            acc.peak_power = peak if acc.peak_power is None else max(acc.peak_power, peak)
-        if raw.power_limit_w is not None:
-            acc.limit = raw.power_limit_w
-        if raw.gpu_utilization_pct is not None:
-            acc.util_sum += raw.gpu_utilization_pct
-            acc.util_n += 1
-        if raw.memory_utilization_pct is not None:
-            acc.mem_util_sum += raw.memory_utilization_pct
-            acc.mem_util_n += 1
-        acc.max_temp = _max(acc.max_temp, raw.temperature_c)
-        acc.min_sm = _min(acc.min_sm, raw.sm_clock_mhz)
-        acc.max_sm = _max(acc.max_sm, raw.sm_clock_mhz)
-        mask = raw.clock_event_reasons
-        if mask is not None:
-            acc.reasons.update(decode_clock_event_reasons(mask))
-            if is_power_limited(mask):
-                acc.power_limited_s += interval
-            if is_thermally_limited(mask):
-                acc.thermal_limited_s += interval
-
     # -- windows ---------------------------------------------------------------------------
 
     def open_window(self, label: str = "") -> Window:
@@ -548,7 +353,7 @@ class Sampler:
                 label=label,
                 opened_monotonic=self._clock(),
                 opened_at=self._wall(),
-                gpus=[_WindowGpu(energy_j=e, tx=tx, rx=rx, gaps=g) for e, tx, rx, g in marks],
+                gpus=[GpuAccumulator.opened_at(mark) for mark in marks],
             )
             self._windows.append(window)
         return window
@@ -573,12 +378,12 @@ class Sampler:
                 gpus=(),
             )
         gpus = tuple(
-            _window_gpu_stats(state.identity, acc, mark, duration)
+            acc.stats(state.identity, mark, duration)
             for state, acc, mark in zip(states, window.gpus, marks, strict=True)
         )
         return WindowStats(window.label, True, None, window.opened_at, duration, gpus)
 
-    def _read_marks(self) -> list[tuple[float | None, int | None, int | None, int]]:
+    def _read_marks(self) -> list[Marks]:
         """(energy J, tx total, rx total, gaps) per GPU, read now."""
         self.poll_pcie_now()
         marks = []
@@ -600,56 +405,3 @@ class Sampler:
 def _new_state(gpu: GpuIdentity) -> _GpuState:
     rate = pcie_max_counter_rate(gpu.max_pcie_generation, gpu.max_pcie_width)
     return _GpuState(identity=gpu, tx=PcieCounter(rate), rx=PcieCounter(rate))
-
-
-def _window_gpu_stats(identity: GpuIdentity, acc: _WindowGpu, end, duration: float):
-    end_energy, end_tx, end_rx, end_gaps = end
-    energy = _diff(end_energy, acc.energy_j)
-    average = energy / duration if energy is not None and duration > 0 else None
-    mean_sampled = acc.power_sum / acc.power_n if acc.power_n else None
-    shown_average = average if average is not None else mean_sampled
-    return GpuWindowStats(
-        gpu=identity.index,
-        uuid=identity.uuid,
-        name=identity.name,
-        duration_s=duration,
-        samples=acc.samples,
-        energy_joules=energy,
-        average_power_w=shown_average,
-        mean_sampled_power_w=mean_sampled,
-        peak_power_w=acc.peak_power,
-        power_limit_w=acc.limit,
-        power_share_of_limit=_ratio(shown_average, acc.limit),
-        peak_power_share_of_limit=_ratio(acc.peak_power, acc.limit),
-        mean_gpu_utilization=acc.util_sum / acc.util_n / 100 if acc.util_n else None,
-        mean_memory_utilization=acc.mem_util_sum / acc.mem_util_n / 100 if acc.mem_util_n else None,
-        max_temperature_c=acc.max_temp,
-        min_sm_clock_mhz=acc.min_sm,
-        max_sm_clock_mhz=acc.max_sm,
-        pcie_tx_bytes=_diff(end_tx, acc.tx),
-        pcie_rx_bytes=_diff(end_rx, acc.rx),
-        pcie_gaps=end_gaps - acc.gaps,
-        power_limited_s=acc.power_limited_s,
-        thermal_limited_s=acc.thermal_limited_s,
-        clock_event_reasons_seen=tuple(sorted(acc.reasons)),
-    )
-
-
-def _diff(end, start):
-    return end - start if end is not None and start is not None else None
-
-
-def _ratio(value, limit):
-    return value / limit if value is not None and limit else None
-
-
-def _max(current, value):
-    if value is None:
-        return current
-    return value if current is None else max(current, value)
-
-
-def _min(current, value):
-    if value is None:
-        return current
-    return value if current is None else min(current, value)

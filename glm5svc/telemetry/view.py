@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.table import Table
 from rich.text import Text
 
-from glm5svc.telemetry.sampler import GpuSnapshot, Snapshot
+from glm5svc.telemetry.snapshot import GpuSnapshot, Snapshot
 
 BAR_WIDTH = 20
 
