@@ -5,11 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from glm5svc.config import ServerSection
 from glm5svc.profiles import known_profiles, load_profile
 
 REPO = Path(__file__).resolve().parents[2]
-DEFAULT_PROFILE = ServerSection().profile
 
 
 def parser_python(version: str) -> Path:
@@ -27,14 +25,6 @@ def parser_python(version: str) -> Path:
 
 
 @pytest.fixture(scope="session")
-def sglang_parser_python() -> Path:
-    """The parser of the default profile's sglang (cu128: 0.5.10.post1)."""
-
-    return parser_python(load_profile(DEFAULT_PROFILE).sglang_version)
-
-
-@pytest.fixture(scope="session")
 def sglang_parser_pythons() -> dict[str, Path]:
     """{profile name: parser interpreter} for every stack profile."""
-
     return {name: parser_python(load_profile(name).sglang_version) for name in known_profiles()}

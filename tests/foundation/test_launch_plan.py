@@ -172,46 +172,6 @@ def parsed_by_sglang(python, argvs):
     return found["results"], set(found["options"]), found["version"]
 
 
-def test_argv_is_accepted_by_the_real_sglang_parser(sglang_parser_python, tmp_path):
-    key_file = tmp_path / "key"
-    key_file.write_text("k")
-    plan = plan_for(
-        {
-            "model": {"tokenizer_path": "/models/tok"},
-            "server": {
-                "api_key_file": str(key_file),
-                "extra_args": ["--chunked-prefill-size", "8192"],
-            },
-            "tuning": {"disable_shared_experts_fusion": True},
-        }
-    )
-    # One import of sglang for both: the plan, and the --tp abbreviation it must refuse.
-    (ours, abbreviated), _, version = parsed_by_sglang(
-        sglang_parser_python, [plan.argv[3:], ["--model-path", "/m", "--tp", "8"]]
-    )
-    assert version == plan.sglang.version == "0.5.10.post1"
-    assert "error" not in ours, ours
-    parsed = ours["dests"]
-    assert parsed["tensor_parallel_size"] == 8
-    assert parsed["quantization"] == "modelopt_fp4"
-    assert parsed["mem_fraction_static"] == 0.92
-    assert parsed["max_running_requests"] == 1024
-    assert parsed["attention_backend"] == "flashinfer"
-    assert parsed["nsa_decode_backend"] == parsed["nsa_prefill_backend"] == "trtllm"
-    assert parsed["moe_runner_backend"] == "flashinfer_cutlass"
-    assert parsed["disable_cuda_graph"] is True
-    assert parsed["disable_radix_cache"] is True
-    assert parsed["enable_metrics"] is True
-    assert parsed["disable_shared_experts_fusion"] is True
-    assert parsed["chunked_prefill_size"] == 8192
-    assert parsed["served_model_name"] == "glm-5"
-    assert parsed["model_path"] == "/models/GLM-5-NVFP4"
-    assert parsed["tokenizer_path"] == "/models/tok"
-    assert parsed["config"] == str(DEFAULT_SECRETS_FILE)
-    assert parsed["enable_flashinfer_allreduce_fusion"] is False
-    assert "error" in abbreviated, "allow_abbrev=False must refuse --tp"
-
-
 def test_command_explain_on_example_config():
     from glm5svc.config import example_config_path
 

@@ -14,7 +14,7 @@ import yaml
 from glm5svc.config import config_from_mapping, load_config
 from glm5svc.errors import ConfigError
 from glm5svc.gpus import GpuFacts
-from glm5svc.launch_plan import build_launch_plan, installed_sglang
+from glm5svc.launch_plan import DEFAULT_SECRETS_FILE, build_launch_plan, installed_sglang
 from glm5svc.model_info import read_model_facts
 from glm5svc.profiles import SglangVersion, known_profiles, load_profile
 from glm5svc.sglang_flags import FLAG_HISTORY, flag_exists, flag_name, version_problem
@@ -240,31 +240,69 @@ def test_command_explain_on_the_h200_example_runs(tmp_path):
     assert "--attention-backend triton" in result.stdout and "12.8" not in result.stdout
 
 
+def reference_plan(profile: str, version: str, tmp_path: Path):
+    """The default (sm120, GLM-5) plan with every optional part used: API key file,
+    tokenizer path, extra_args, shared-experts fusion off."""
+    key_file = tmp_path / "key"
+    key_file.write_text("k")
+    config = config_from_mapping(
+        {
+            "model": {"tokenizer_path": "/models/tok"},
+            "server": {
+                "profile": profile,
+                "api_key_file": str(key_file),
+                "extra_args": ["--chunked-prefill-size", "8192"],
+            },
+            "tuning": {"disable_shared_experts_fusion": True},
+        }
+    )
+    return build_launch_plan(config, gpus=SM120_X8, sglang=installed(version))
+
+
+def assert_reference_parsed(parsed: dict) -> None:
+    assert parsed["tensor_parallel_size"] == 8
+    assert parsed["quantization"] == "modelopt_fp4"
+    assert parsed["mem_fraction_static"] == 0.92
+    assert parsed["max_running_requests"] == 1024
+    assert parsed["attention_backend"] == "flashinfer"
+    assert parsed["nsa_decode_backend"] == parsed["nsa_prefill_backend"] == "trtllm"
+    assert parsed["moe_runner_backend"] == "flashinfer_cutlass"
+    assert parsed["disable_cuda_graph"] is True
+    assert parsed["disable_radix_cache"] is True
+    assert parsed["enable_metrics"] is True
+    assert parsed["disable_shared_experts_fusion"] is True
+    assert parsed["chunked_prefill_size"] == 8192
+    assert parsed["served_model_name"] == "glm-5"
+    assert parsed["model_path"] == "/models/GLM-5-NVFP4"
+    assert parsed["tokenizer_path"] == "/models/tok"
+    assert parsed["config"] == str(DEFAULT_SECRETS_FILE)
+    assert parsed["enable_flashinfer_allreduce_fusion"] is False
+
+
 def test_every_profile_plan_is_accepted_by_its_own_sglang_parser(sglang_parser_pythons, tmp_path):
-    """For each profile: a GLM-5 (DSA) plan and the H200 Llama plan parse with that version's
-    real parser, and the flag table agrees with the parser about every flag it lists."""
-    glm5, llama = model_dir(tmp_path, GLM5, "glm"), model_dir(tmp_path, LLAMA, "llama")
+    """For each profile, with one import of that version's real parser: the reference
+    (sm120, GLM-5) plan and the H200 Llama plan parse to the planned values, `--tp` is
+    refused, and the flag table agrees with the parser about every flag it lists."""
+    llama = model_dir(tmp_path, LLAMA, "llama")
     assert set(sglang_parser_pythons) == set(known_profiles())
     for profile_name, python in sglang_parser_pythons.items():
         version = load_profile(profile_name).sglang_version
-        sglang = installed(version)
-        dsa_config = config_from_mapping(
-            {"model": {"path": str(glm5)}, "server": {"profile": profile_name}}
-        )
-        dsa_plan = build_launch_plan(dsa_config, gpus=SM120_X8, sglang=sglang)
+        reference = reference_plan(profile_name, version, tmp_path)
         h200 = h200_config(llama, server={"profile": profile_name})
-        h200_plan = build_launch_plan(h200, gpus=H200_X1, sglang=sglang)
-        (dsa, dense), options, parsed_version = parsed_by_sglang(
-            python, [dsa_plan.argv[3:], h200_plan.argv[3:]]
+        h200_plan = build_launch_plan(h200, gpus=H200_X1, sglang=installed(version))
+        (ours, dense, abbreviated), options, parsed_version = parsed_by_sglang(
+            python,
+            [reference.argv[3:], h200_plan.argv[3:], ["--model-path", "/m", "--tp", "8"]],
         )
         assert parsed_version == version
-        assert "error" not in dsa, (profile_name, dsa)
+        assert "error" not in ours, (profile_name, ours)
+        assert_reference_parsed(ours["dests"])
         assert "error" not in dense, (profile_name, dense)
-        assert dsa["dests"]["nsa_decode_backend"] == "trtllm"
-        assert dsa["dests"]["quantization"] == "modelopt_fp4"
         assert dense["dests"]["attention_backend"] == "triton"
         assert dense["dests"]["load_format"] == "dummy"
         assert dense["dests"]["quantization"] is None
         assert dense["dests"]["tensor_parallel_size"] == 1
+        assert dense["dests"]["sampling_backend"] == "pytorch"
+        assert "error" in abbreviated, "allow_abbrev=False must refuse --tp"
         for flag in FLAG_HISTORY:
             assert flag_exists(flag, version) == (flag in options), (version, flag)
