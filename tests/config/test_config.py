@@ -20,7 +20,7 @@ def test_defaults_are_the_reference_deployment():
     assert config.tuning.max_running_requests == 1024
     assert config.tuning.cuda_graph is False
     assert config.gpus.target == "sm120"
-    # null: the target's choice (sm120's are the reference flags: tests/foundation/test_launch_plan)
+    # null: the target's choice (sm120's are the reference flags: tests/plan/test_launch_plan)
     assert config.tuning.moe_runner_backend is None and config.tuning.quantization is None
     assert config.benchmark.ladder == [64, 256, 512, 1024, 2048]
 
