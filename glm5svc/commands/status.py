@@ -48,6 +48,12 @@ def render(status: dict) -> str:
         f"  wrapper pid {status.get('pid')}, server pid {status.get('engine_pid')}, "
         f"up {_duration(status.get('uptime_s'))}",
     ]
+    plan = status.get("launch_plan") or {}
+    if plan.get("sglang_version"):
+        lines.append(
+            f"  sglang {plan['sglang_version']}, target {plan.get('target')}, "
+            f"profile {plan.get('profile')}, {plan.get('tp_size')} GPU(s)"
+        )
     if status.get("startup_seconds") is not None:
         lines.append(f"  start-up took {_duration(status['startup_seconds'])}")
     elif status.get("load_percent") is not None:

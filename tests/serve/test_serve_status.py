@@ -28,6 +28,8 @@ def test_listener_and_status_command(serve, tmp_path):
     status = process.status()
     assert status["phase"] == "serving" and status["engine_pid"] > 0
     assert status["launch_plan"]["argv"][1].endswith("sglang_test_engine.py")
+    # No sglang at server.python here: the profile's pin, labelled as such.
+    assert status["launch_plan"]["sglang_version"] == "0.5.10.post1 (profile, not installed)"
     assert status["diagnosis"] == [] and status["restarts_seen"] == 0
     assert status["probes"]["total"] >= 1
 
@@ -41,6 +43,7 @@ def test_listener_and_status_command(serve, tmp_path):
     result = run_status(config_path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "serving" in result.stdout and "ready: yes" in result.stdout
+    assert "sglang 0.5.10.post1 (profile, not installed), target sm120" in result.stdout
 
     process.terminate()
     assert process.wait_exit(10) == 0
