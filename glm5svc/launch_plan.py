@@ -219,9 +219,15 @@ def _environment(config: Config, gpus: GpuFacts, profile: StackProfile) -> list[
             "NCCL_P2P_LEVEL",
             config.gpus.nccl_p2p_level,
             "PCIe-only box without NVLink: allow GPU peer-to-peer across the whole PCIe "
-            "fabric (reference used legacy 5, which NCCL maps to SYS)",
+            "fabric (reference used legacy 5, which NCCL maps to SYS); harmless with NVLink",
+            scope="tuned on the sm120 reference (PCIe)",
         ),
-        _env("NCCL_MIN_NCHANNELS", "8", "more NCCL channels for all-reduce over PCIe (reference)"),
+        _env(
+            "NCCL_MIN_NCHANNELS",
+            "8",
+            "more NCCL channels for all-reduce over PCIe (reference)",
+            scope="tuned on the sm120 reference (PCIe)",
+        ),
         _env(
             "OMP_NUM_THREADS",
             str(config.tuning.omp_num_threads),

@@ -215,6 +215,20 @@ def test_version_is_read_from_the_target_environment(tmp_path):
     assert plan.explain().startswith("# sglang 0.5.11 on 8x SM120")
 
 
+def test_version_is_read_from_a_venvs_own_metadata(tmp_path):
+    """server.python of a venv (no PYTHONPATH): its site-packages' sglang dist-info."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = next(venv.glob("lib/python3*/site-packages"))
+    fake = fake_site(tmp_path, "0.5.11")
+    for entry in fake.iterdir():
+        entry.rename(site / entry.name)
+    config = config_from_mapping({"server": {"python": str(venv / "bin" / "python")}})
+    sglang, _nsa_fix = installed_sglang(config)
+    assert (sglang.version, sglang.installed) == ("0.5.11", True)
+    assert str(site) in sglang.detail
+
+
 def test_version_falls_back_to_the_profile_labelled(tmp_path):
     config = config_from_mapping({"server": {"profile": "cu130", "python": str(tmp_path / "py")}})
     sglang, nsa_fix = installed_sglang(config)
