@@ -1,7 +1,7 @@
 """The service configuration (/etc/glm5/glm5.yaml): schema, defaults, loading, validation.
 
-Defaults reproduce the reference deployment (8x RTX PRO 6000 Blackwell, SM120) in
-shared/reference/deployment-facts.md. Unknown keys are errors; every problem is
+Defaults reproduce the reference deployment (8x RTX PRO 6000 Blackwell, SM120), described
+in docs/reference-deployment.md. Unknown keys are errors; every problem is
 reported with its key path, what was wrong and what is allowed.
 """
 
