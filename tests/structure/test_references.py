@@ -46,5 +46,5 @@ def test_no_file_carries_a_tracker_label():
 
 def test_the_patterns_find_what_they_are_for():
     assert OUTSIDE_NOTES.search("see " + "shared" + "/reference/x.md")
-    assert TRACKER_LABEL.search("the container play (Issue 8)")
+    assert TRACKER_LABEL.search("the container play (Issue" + " 8)")
     assert not TRACKER_LABEL.search("an issue with 8 GPUs")
