@@ -38,6 +38,17 @@ def keep_ends(text: str, limit: int = MAX_LOG_BYTES) -> str:
     return head[: head.rfind("\n") + 1] + cut + tail[tail.find("\n") + 1 :]
 
 
+def slim_jsonl(text: str) -> str:
+    """bench_serving repeats the server's whole server_info in every line: keep the first."""
+    lines = []
+    for number, line in enumerate(text.splitlines()):
+        record = json.loads(line)
+        if number:
+            record.pop("server_info", None)
+        lines.append(json.dumps(record))
+    return "\n".join(lines) + "\n"
+
+
 def record(run_dir: Path, name: str) -> Path:
     dest = FIXTURES / name
     dest.mkdir(parents=True, exist_ok=True)
@@ -51,6 +62,8 @@ def record(run_dir: Path, name: str) -> Path:
             target = dest / Path(member.name).name
             if target.suffix == ".log":
                 text = keep_ends(strip_prefix(text))
+            elif target.suffix == ".jsonl":
+                text = slim_jsonl(text)
             target.write_text(text)
     return dest
 

@@ -501,9 +501,8 @@ def scenario_service(out: Path, env: dict[str, str], deadline: Deadline, results
                 figures = bench_serving(
                     env, url, model, concurrency, concurrency * 8, 256, 128, bench_file, 120
                 )
-                ratio_runs.append(
-                    {"target": label, "concurrency": concurrency, "rep": rep, **figures}
-                )
+                # bench_serving's own "concurrency" (the measured mean) stays in figures
+                ratio_runs.append({**figures, "target": label, "level": concurrency, "rep": rep})
                 log(f"{label} c={concurrency}: {figures.get('total_throughput')}")
     results["ratio_runs"] = ratio_runs
 
