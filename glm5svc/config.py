@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -21,17 +22,34 @@ from glm5svc.targets import DEFAULT_TARGET, get_target, known_targets
 DEFAULT_CONFIG_PATH = Path("/etc/glm5/glm5.yaml")
 CONFIG_ENV_VAR = "GLM5SVC_CONFIG"
 
+_NUMBER_AND_BOOL_TAGS = (
+    "tag:yaml.org,2002:bool",
+    "tag:yaml.org,2002:int",
+    "tag:yaml.org,2002:float",
+)
+LEADING_ZERO_TAG = "tag:glm5svc,2026:leading-zero-number"
+
 NCCL_P2P_LEVELS = ("LOC", "NVL", "PIX", "PXB", "PHB", "SYS")
 # NCCL's legacy integer levels: 0..5 -> LOC, PIX, PXB, PHB, SYS, SYS.
 NCCL_P2P_LEGACY = {0: "LOC", 1: "PIX", 2: "PXB", 3: "PHB", 4: "SYS", 5: "SYS"}
 
+# Bounds keep every accepted number usable: a timeout of 1e300 s passes "positive" but
+# overflows threading and socket timeouts (OverflowError) inside `serve`.
+MAX_SECONDS = 30 * 24 * 3600.0
+MAX_COUNT = 2**31 - 1
 Port = Annotated[int, Field(ge=1, le=65535)]
-PositiveInt = Annotated[int, Field(gt=0)]
-PositiveFloat = Annotated[float, Field(gt=0)]
+PositiveInt = Annotated[int, Field(gt=0, le=MAX_COUNT)]
+PositiveFloat = Annotated[float, Field(gt=0, le=MAX_SECONDS)]
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+LOOPBACK_HOSTS = ("localhost", "::1")
+SECRETS_FILE_KEY = "api-key"
 
 
 class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_default=True, frozen=True)
+    # allow_inf_nan=False: `.inf`, `.nan` and `1e400` (read as infinity) are refused.
+    model_config = ConfigDict(
+        extra="forbid", validate_default=True, frozen=True, allow_inf_nan=False
+    )
 
 
 class ModelSection(Section):
@@ -59,6 +77,8 @@ class ServerSection(Section):
     command: list[str] | None = None
     extra_args: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
+    # server.env names whose values are secret: redacted from logs, never shown in /status.
+    secret_env: list[str] = Field(default_factory=list)
     cuda_home: Path | None = None  # null: the profile's toolkit (cu128: /usr/local/cuda-12.8)
     enable_metrics: bool = True
     log_level: Literal["debug", "info", "warning", "error"] = "info"
@@ -74,9 +94,19 @@ class ServerSection(Section):
     @classmethod
     def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
         for name in value:
-            if not name or "=" in name or not name.replace("_", "A").isalnum():
-                raise ValueError(f"'{name}' is not a valid environment variable name")
+            if not _ENV_NAME.match(name):
+                raise ValueError(
+                    f"'{name}' is not a valid environment variable name (letters, digits and "
+                    "'_', not starting with a digit)"
+                )
         return value
+
+    @model_validator(mode="after")
+    def _secret_env_listed(self) -> ServerSection:
+        unknown = [name for name in self.secret_env if name not in self.env]
+        if unknown:
+            raise ValueError(f"secret_env names {unknown}, which server.env does not set")
+        return self
 
 
 class GpusSection(Section):
@@ -194,7 +224,7 @@ class BenchmarkSection(Section):
     prompts_per_concurrency: PositiveInt = 4
     min_prompts: PositiveInt = 128
     warmup_requests: Annotated[int, Field(ge=0)] = 16
-    seed: int = 1
+    seed: Annotated[int, Field(ge=0, le=MAX_COUNT)] = 1
     knee_gain_pct: Annotated[float, Field(ge=0, le=100)] = 10.0
     underused_power_share: Annotated[float, Field(gt=0, le=1)] = 0.6
     regression_threshold_pct: Annotated[float, Field(gt=0, le=100)] = 5.0
@@ -233,19 +263,66 @@ class Config(Section):
 
 
 def read_api_key(key_file: Path | None) -> str | None:
-    """The key in server.api_key_file (None when unset); ConfigError if unreadable or empty."""
+    """The key in server.api_key_file (None when unset); ConfigError if unreadable or unusable.
+
+    A usable key reaches sglang exactly: printable ASCII (it travels in an HTTP
+    `Authorization: Bearer` header, which is Latin-1 at best), one line, and not starting
+    with '-' (sglang turns its --config file into argv, where argparse would take such a
+    value for an option).
+    """
     if key_file is None:
         return None
     try:
         key = Path(key_file).read_text(encoding="utf-8").strip()
-    except OSError as exc:
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = getattr(exc, "strerror", None) or str(exc)
         raise ConfigError(
-            f"server.api_key_file: cannot read {key_file}: {exc.strerror}; create it "
+            f"server.api_key_file: cannot read {key_file}: {reason}; create it "
             "(one line, the key) readable by the service, or set api_key_file: null"
         ) from None
     if not key:
         raise ConfigError(f"server.api_key_file: {key_file} is empty; put the API key in it")
+    bad = sorted({c for c in key if not (" " <= c <= "~")})
+    if bad:
+        raise ConfigError(
+            f"server.api_key_file: the key in {key_file} contains {len(bad)} character(s) "
+            f"other than printable ASCII ({', '.join(repr(c) for c in bad[:5])}); use letters, "
+            "digits and punctuation only (for example `openssl rand -hex 32`)"
+        )
+    if key.startswith("-"):
+        raise ConfigError(
+            f"server.api_key_file: the key in {key_file} starts with '-', which sglang's "
+            "argument parser would read as an option; choose a key that does not"
+        )
     return key
+
+
+def secrets_file_text(api_key: str) -> str:
+    """sglang's --config YAML carrying the key, written by an emitter and read back to prove it.
+
+    Hand-written `api-key: <key>` changes any key YAML reads as another type (`yes`, `1e3`,
+    `null`), a comment (`#...`), an alias, a tag or a block indicator.
+    """
+    text = yaml.safe_dump({SECRETS_FILE_KEY: api_key}, default_flow_style=False, width=2**31 - 1)
+    if yaml.safe_load(text) != {SECRETS_FILE_KEY: api_key}:
+        raise ConfigError("server.api_key_file: this key cannot be written to YAML exactly")
+    return text
+
+
+def is_loopback(host: str) -> bool:
+    return host in LOOPBACK_HOSTS or host.startswith("127.")
+
+
+def exposure_warning(config: Config) -> str | None:
+    """Said loudly by validate, command --explain, preflight and serve."""
+    server = config.server
+    if is_loopback(server.host) or server.api_key_file is not None:
+        return None
+    return (
+        f"the engine listens on {server.host}:{server.port} with no API key: anyone who can "
+        "reach this host can use the model. Set server.api_key_file (a file with the key, "
+        "0600) or server.host: 127.0.0.1"
+    )
 
 
 def resolve_config_path(cli_path: str | os.PathLike | None) -> Path:
@@ -276,9 +353,86 @@ def load_config(path: str | os.PathLike | None = None) -> Config:
     return parse_config(text, source=str(config_path))
 
 
+class ConfigLoader(yaml.SafeLoader):
+    """YAML as people mean it: only true/false are booleans, and no silent octal.
+
+    PyYAML implements YAML 1.1, where `on`, `off`, `yes`, `no`, `y`, `n` are booleans
+    (the documented `radix_cache: off` would arrive as False) and `030000` is octal 12288;
+    `1:30` is sexagesimal 90. Here `on`/`off`/`yes`/`no` stay strings (pydantic still
+    reads them as booleans where a boolean is expected), a number with a leading zero is
+    refused, and sexagesimal numbers stay strings.
+    """
+
+
+ConfigLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag not in _NUMBER_AND_BOOL_TAGS]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+ConfigLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+)
+ConfigLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:int",
+    re.compile(r"^(?:[-+]?(?:0|[1-9][0-9_]*)|0x[0-9a-fA-F_]+)$"),
+    list("-+0123456789"),
+)
+ConfigLoader.add_implicit_resolver(LEADING_ZERO_TAG, re.compile(r"^[-+]?0[0-9_]+$"), list("-+0"))
+ConfigLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(
+        r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?"""
+        r"""|[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)"""
+        r"""|\.[0-9_]+(?:[eE][-+][0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"""
+    ),
+    list("-+0123456789."),
+)
+
+
+def _refuse_leading_zero(loader: yaml.SafeLoader, node: yaml.Node):
+    raise yaml.constructor.ConstructorError(
+        None,
+        None,
+        f"the number {node.value} has a leading zero: YAML 1.1 reads it as octal "
+        f"({_octal_reading(node.value)}), other readers as decimal; write it without the "
+        "leading zero, or quote it if a string is meant",
+        node.start_mark,
+    )
+
+
+def _octal_reading(text: str) -> str:
+    try:
+        return str(int(text.replace("_", ""), 8))
+    except ValueError:
+        return "not a valid octal number"
+
+
+ConfigLoader.add_constructor(LEADING_ZERO_TAG, _refuse_leading_zero)
+
+
+def _nul_problems(data: Any, path: str = "") -> list[str]:
+    """Strings with a NUL byte (no path, name or argument can hold one), by key path."""
+    if isinstance(data, str):
+        return (
+            [f"{path or '(top level)'}: contains a NUL character (\\0); remove it"]
+            if ("\0" in data)
+            else []
+        )
+    if isinstance(data, dict):
+        problems = []
+        for key, value in data.items():
+            where = f"{path}.{key}" if path else str(key)
+            if isinstance(key, str) and "\0" in key:
+                problems.append(f"{where!r}: the key contains a NUL character (\\0)")
+            problems += _nul_problems(value, where)
+        return problems
+    if isinstance(data, list):
+        return [p for i, item in enumerate(data) for p in _nul_problems(item, f"{path}.{i}")]
+    return []
+
+
 def parse_config(text: str, source: str = "<config>") -> Config:
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=ConfigLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
         raise ConfigError(f"{source}: not valid YAML: {exc}") from None
     if data is None:
@@ -292,6 +446,9 @@ def parse_config(text: str, source: str = "<config>") -> Config:
 
 
 def config_from_mapping(data: dict[str, Any], source: str = "<config>") -> Config:
+    nul = _nul_problems(data)
+    if nul:
+        raise ConfigError(f"{source}: {len(nul)} problem(s)", problems=nul)
     try:
         return Config.model_validate(data)
     except ValidationError as exc:

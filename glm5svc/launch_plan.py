@@ -10,11 +10,12 @@ here, not left to memory. What depends on the GPUs comes from the target
 
 from __future__ import annotations
 
+import os
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from glm5svc.config import Config, read_api_key
+from glm5svc.config import Config, exposure_warning, read_api_key, secrets_file_text
 from glm5svc.errors import ConfigError
 from glm5svc.gpus import GpuFacts, detect_gpus, parse_compute_capability
 from glm5svc.model_info import ModelFacts, read_model_facts
@@ -33,6 +34,13 @@ SECRET_PLACEHOLDER = "<secret>"
 # Written by `glm5svc serve` (mode 0600) and read by sglang's own --config option,
 # so the API key never appears in argv (ps, /proc/PID/cmdline) or in logs.
 DEFAULT_SECRETS_FILE = Path("/run/glm5/sglang-secrets.yaml")
+# systemd sets $RUNTIME_DIRECTORY for RuntimeDirectory=glm5 (/run/glm5); tests point it elsewhere.
+RUNTIME_DIRECTORY_ENV = "RUNTIME_DIRECTORY"
+
+
+def secrets_file_path() -> Path:
+    runtime = os.environ.get(RUNTIME_DIRECTORY_ENV, "").split(":")[0]
+    return Path(runtime) / DEFAULT_SECRETS_FILE.name if runtime else DEFAULT_SECRETS_FILE
 
 
 @dataclass(frozen=True)
@@ -96,7 +104,12 @@ class LaunchPlan:
     def summary(self) -> dict:
         return {
             "argv": self.argv,
-            "env": self.env,
+            # Values from server.env may be secrets: /status and result files show names only.
+            "env": {
+                e.name: e.value or "" if e.source == "plan" else SECRET_PLACEHOLDER
+                for e in self.entries
+                if e.kind == "env"
+            },
             "sglang_version": self.sglang.label,
             "sglang": self.sglang.to_dict(),
             "profile": self.profile.name,
@@ -174,6 +187,8 @@ def build_launch_plan(
     plan.entries += _server_flags(config, gpus, plan)
     plan.entries += _tuning_flags(config, plan, nsa_fix_in_place)
     _add_api_key(config, plan)
+    if warning := exposure_warning(config):
+        plan.warnings.append(warning)
     _merge_extra_args(config, gpus, plan)
     _merge_env_overrides(config, plan)
     _deprecations(plan)
@@ -470,11 +485,12 @@ def _add_api_key(config: Config, plan: LaunchPlan) -> None:
     key = read_api_key(config.server.api_key_file)
     if key is None:
         return
-    plan.secret_files[DEFAULT_SECRETS_FILE] = f"api-key: {key}\n"
+    secrets_file = secrets_file_path()
+    plan.secret_files[secrets_file] = secrets_file_text(key)
     plan.entries.append(
         _flag(
             "--config",
-            DEFAULT_SECRETS_FILE,
+            secrets_file,
             "sglang reads --api-key from this 0600 file, so the key never shows in ps or logs",
         )
     )

@@ -17,6 +17,14 @@ Behaviour is chosen with --test-mode or $TEST_ENGINE_MODE: comma-separated items
   ignore-sigterm        the engine and its rank process ignore SIGTERM
   empty-text            non-streaming /generate answers with empty text
   ranks=N               rank log prefixes TP0..TP(N-1) (default 2)
+  drain-check=SECONDS   how often a draining launcher counts what is left (default 0.5;
+                        sglang 0.5.11 checks every 5 s)
+Stopping, as sglang 0.5.11 does: SIGTERM to the launcher alone drains (health answers
+503, requests in flight finish, then it ends its scheduler child and exits 0); a SIGTERM
+that also reaches the scheduler child (a group-wide signal) kills it, and the launcher's
+subprocess watchdog then cuts every request ("crashed with exit code -15. Triggering
+SIGQUIT"). The scheduler child dies with the launcher (PR_SET_PDEATHSIG, as sglang's
+`kill_itself_when_parent_died`).
 Throughput model (a real engine's knee): each decode step takes
   step_base_ms + step_per_req_ms * running requests, and gives every running request
 one token; at most --max-running-requests run, the rest queue. Prefill adds
@@ -36,6 +44,7 @@ import sys
 import time
 import uuid
 
+import yaml
 from aiohttp import web
 
 MODEL_CLASS = "GlmMoeDsaForCausalLM"
@@ -142,6 +151,17 @@ def parse_mode(text: str) -> dict[str, str]:
     return mode
 
 
+def merge_config_file(argv: list[str]) -> list[str]:
+    """sglang's ConfigArgumentMerger, reduced: `--config FILE.yaml` -> `--key value` first."""
+    if "--config" not in argv:
+        return argv
+    at = argv.index("--config")
+    with open(argv[at + 1]) as file:
+        data = yaml.safe_load(file) or {}
+    merged = [token for key, value in data.items() for token in (f"--{key}", str(value))]
+    return merged + argv[:at] + argv[at + 2 :]
+
+
 def parse_args(argv: list[str]):
     parser = argparse.ArgumentParser(allow_abbrev=False)
     parser.add_argument("--host", default="127.0.0.1")
@@ -156,7 +176,8 @@ def parse_args(argv: list[str]):
     parser.add_argument("--prefill-us-per-token", type=float, default=2.0)
     parser.add_argument("--stream-interval", type=int, default=1)
     parser.add_argument("--context-length", type=int, default=202752)
-    args, unknown = parser.parse_known_args(argv)
+    parser.add_argument("--api-key", default=None)
+    args, unknown = parser.parse_known_args(merge_config_file(argv))
     args.unknown = unknown
     args.mode = parse_mode(args.test_mode)
     return args
@@ -267,6 +288,8 @@ class Server:
         self.mode = args.mode
         self.engine = Engine(args)
         self.ready = False
+        self.gracefully_exit = False
+        self.exiting = False
         self.served_name = args.served_model_name or args.model_path
         self.serving_since: float | None = None
         self.generate_calls = 0
@@ -300,14 +323,14 @@ class Server:
 
     # --- HTTP --------------------------------------------------------------------
     async def health(self, request):
-        if not self.ready:
+        if not self.ready or self.gracefully_exit:
             return web.Response(status=503, text="starting")
         if self.wedged():
             await asyncio.sleep(3600)
         return web.Response(text="")
 
     async def health_generate(self, request):
-        if not self.ready:
+        if not self.ready or self.gracefully_exit:
             return web.Response(status=503, text="starting")
         job = Request(prompt_tokens=1, max_new=1)
         self.engine.submit(job)
@@ -421,8 +444,20 @@ class Server:
     async def flush_cache(self, request):
         return web.Response(text="Cache flushed.\nPlease check backend logs for more details.")
 
+    @web.middleware
+    async def api_key_middleware(self, request, handler):
+        """sglang/srt/utils/auth.py: /health* and /metrics* are open, the rest needs the key."""
+        key = self.args.api_key
+        if key and not request.path.startswith(("/health", "/metrics")):
+            parts = request.headers.get("Authorization", "").split(" ", 1)
+            if len(parts) != 2 or parts[0].lower() != "bearer" or parts[1] != key:
+                return web.json_response({"error": "Unauthorized"}, status=401)
+        return await handler(request)
+
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app = web.Application(
+            client_max_size=64 * 1024 * 1024, middlewares=[self.api_key_middleware]
+        )
         app.router.add_get("/health", self.health)
         app.router.add_get("/health_generate", self.health_generate)
         app.router.add_post("/generate", self.generate)
@@ -441,6 +476,7 @@ async def start_up(server: Server) -> None:
     log, args, mode = server.log, server.args, server.mode
     log.line(
         f"server_args=ServerArgs(model_path='{args.model_path}', tp_size={args.tp_size}, "
+        f"api_key={args.api_key!r}, "
         f"max_running_requests={args.max_running_requests}, skip_server_warmup=False, "
         "disable_flashinfer_autotune=False)"
     )
@@ -501,6 +537,7 @@ async def main_async(args) -> None:
         loop.add_signal_handler(signal.SIGINT, stop.set)
     asyncio.create_task(server.engine.loop())
     asyncio.create_task(server.watch_wedge())
+    asyncio.create_task(watch_scheduler(rank_child, log, server))
     await start_up(server)
     runner = web.AppRunner(server.app(), access_log=None, handle_signals=False)
     await runner.setup()
@@ -519,16 +556,50 @@ async def main_async(args) -> None:
     server.serving_since = time.monotonic()
     log.line("The server is fired up and ready to roll!")
     await stop.wait()
-    log.line("Received SIGTERM: draining and shutting down.")
+    # sglang 0.5.11 SignalHandler.sigterm_handler + TokenizerManager.sigterm_watchdog
+    log.line("SIGTERM received. signum=None frame=None. Draining requests and shutting down...")
+    server.gracefully_exit = True
+    check_s = float(args.mode.get("drain-check", "0.5"))
+    while True:
+        remaining = len(server.engine.running) + len(server.engine.waiting)
+        log.line(f"Gracefully exiting... Remaining number of requests {remaining}.")
+        if remaining == 0:
+            break
+        await asyncio.sleep(check_s)
+    await asyncio.sleep(0.05)  # let the last streamed chunks leave
     await runner.cleanup()
-    if rank_child.poll() is None:
-        rank_child.terminate()
+    server.exiting = True
+    if rank_child.poll() is None:  # kill_process_tree: the scheduler goes with SIGKILL
+        rank_child.kill()
         rank_child.wait(5)
 
 
+async def watch_scheduler(rank_child: subprocess.Popen, log: Log, server: Server) -> None:
+    """sglang's SubprocessWatchdog: a scheduler that dies takes the server down at once."""
+    while rank_child.poll() is None or server.exiting:
+        if server.exiting:
+            return
+        await asyncio.sleep(0.1)
+    code = rank_child.returncode
+    log.line(
+        f"Subprocess scheduler_0 (pid={rank_child.pid}) crashed with exit code {code}. "
+        "Triggering SIGQUIT for cleanup..."
+    )
+    log.line("SIGQUIT received. signum=None, frame=None. It usually means one child failed.")
+    sys.stdout.flush()
+    os._exit(1)
+
+
 def spawn_rank_process(ignore_sigterm: bool) -> subprocess.Popen:
-    """A child in the same process group, as SGLang's scheduler ranks are."""
-    code = "import signal, time\n"
+    """A child in the same process group, as SGLang's scheduler ranks are.
+
+    It dies with the launcher (PR_SET_PDEATHSIG), as sglang's scheduler does.
+    """
+    code = (
+        "import ctypes, os, signal, sys, time\n"
+        "ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)\n"
+        f"if os.getppid() != {os.getpid()}:\n    sys.exit(0)\n"
+    )
     if ignore_sigterm:
         code += "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
     code += "while True:\n    time.sleep(1)\n"

@@ -10,6 +10,7 @@ from glm5svc.config import load_config, read_api_key
 from glm5svc.errors import ConfigError, Glm5Error
 from glm5svc.launch_plan import plan_for_service
 from glm5svc.preflight import run_preflight
+from glm5svc.redaction import Redactor
 from glm5svc.serve.listener import HealthListener
 from glm5svc.serve.metrics import build_registry
 from glm5svc.serve.notify import Notifier
@@ -30,15 +31,17 @@ def register(subparsers):
 
 def run(args) -> int:
     config = load_config(args.config)
-    notifier = Notifier()
     holder: dict = {}
     sink = choose_sink(lambda: holder["supervisor"].engine.pid if "supervisor" in holder else None)
+    notifier = Notifier(on_error=lambda text: sink.message(text, PRIORITY_WARNING))
     if config.service.run_preflight:
         _preflight(config, sink, notifier)
     plan = plan_for_service(config)
     for warning in plan.warnings:
         sink.message(f"launch plan: {warning}", PRIORITY_WARNING)
     _write_secret_files(plan.secret_files)
+    api_key = read_api_key(config.server.api_key_file)
+    redactor = Redactor.for_service(api_key, config.server.env, config.server.secret_env)
     sampler = _telemetry_sampler(config, sink)
     supervisor = Supervisor(
         config,
@@ -49,8 +52,9 @@ def run(args) -> int:
         plan_summary=plan.summary(),
         plan_warnings=list(plan.warnings),
         post_ready_hook=post_start_hook if config.benchmark.post_start.enabled else None,
-        api_key=read_api_key(config.server.api_key_file),
+        api_key=api_key,
         telemetry_sampler=sampler,
+        redactor=redactor,
     )
     holder["supervisor"] = supervisor
     listener = _start_listener(config, supervisor, sampler, sink)

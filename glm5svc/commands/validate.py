@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from glm5svc.config import load_config, resolve_config_path
+import sys
+
+from glm5svc.config import exposure_warning, load_config, read_api_key, resolve_config_path
 
 
 def register(subparsers):
@@ -16,6 +18,9 @@ def register(subparsers):
 
 def run(args) -> int:
     path = args.path or args.config
-    load_config(path)
+    config = load_config(path)
+    read_api_key(config.server.api_key_file)  # unreadable or unusable keys: exit 78
     print(f"{resolve_config_path(path)}: valid")
+    if warning := exposure_warning(config):
+        print(f"WARNING: {warning}", file=sys.stderr)
     return 0

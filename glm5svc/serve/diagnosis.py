@@ -28,6 +28,20 @@ class Signature:
 
 SIGNATURES: tuple[Signature, ...] = (
     Signature(
+        id="engine-port-in-use",
+        title="The engine port is taken by another process",
+        patterns=(r"[Aa]ddress already in use", r"\[Errno 98\]"),
+        cause=(
+            "another process (a stale engine, a hand-started sglang) already listens on "
+            "server.port, so the new server cannot bind it"
+        ),
+        fix=(
+            "find it with `ss -ltnp 'sport = :PORT'` (or `glm5svc preflight`), stop it, or "
+            "set server.port to a free port; then restart glm5"
+        ),
+        needs_operator=True,
+    ),
+    Signature(
         id="cuda-init-uvm-hmm",
         title="CUDA failed to initialise",
         patterns=(

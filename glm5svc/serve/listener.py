@@ -1,4 +1,9 @@
-"""The wrapper's own HTTP listener: /livez, /readyz, /status, /metrics (stdlib, one thread)."""
+"""The wrapper's own HTTP listener: /livez, /readyz, /status, /metrics (stdlib threads).
+
+Bounded, since any local user can connect: at most MAX_CONNECTIONS handler threads
+(more connections are closed at once) and REQUEST_TIMEOUT_S for each socket read or
+write, so half-sent requests cannot pile up threads in `serve`.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +15,35 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from glm5svc.serve.state import SupervisorState
+
+MAX_CONNECTIONS = 32
+REQUEST_TIMEOUT_S = 2.0
+
+
+class BoundedHTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, address, handler, max_connections: int = MAX_CONNECTIONS):
+        self._slots = threading.BoundedSemaphore(max_connections)
+        self.refused = 0
+        super().__init__(address, handler)
+
+    def process_request(self, request, client_address):
+        if not self._slots.acquire(blocking=False):
+            self.refused += 1
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request, client_address):
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
 
 
 class HealthListener:
@@ -26,8 +60,7 @@ class HealthListener:
         self.loop_heartbeat = time.monotonic()
         self.loop_stale_after_s = loop_stale_after_s
         handler = _make_handler(self)
-        self.server = ThreadingHTTPServer((host, port), handler)
-        self.server.daemon_threads = True
+        self.server = BoundedHTTPServer((host, port), handler)
         self.thread = threading.Thread(
             target=self.server.serve_forever, name="health-listener", daemon=True
         )
@@ -57,6 +90,7 @@ class HealthListener:
 def _make_handler(listener: HealthListener):
     class Handler(BaseHTTPRequestHandler):
         server_version = "glm5svc"
+        timeout = REQUEST_TIMEOUT_S  # StreamRequestHandler: a timeout on the socket
 
         def log_message(self, format, *args):  # noqa: A002 - stdlib signature
             pass

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
+from collections.abc import Callable
 
 try:  # systemd-python; the PyPI package `systemd` has another API and no daemon.notify
     from systemd import daemon as _sd_daemon
@@ -16,12 +17,23 @@ NOTIFY_ENV_VARS = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")
 
 
 class Notifier:
-    """Sends notify messages; a no-op without NOTIFY_SOCKET."""
+    """Sends notify messages; a no-op without NOTIFY_SOCKET.
 
-    def __init__(self, environ: dict[str, str] | None = None):
+    A notify failure is never fatal: a missing or refusing socket, or a name too long
+    for AF_UNIX, makes systemd-python's `daemon.notify` raise. The first failure is
+    reported through `on_error` (once); the engine keeps being supervised either way.
+    """
+
+    def __init__(
+        self,
+        environ: dict[str, str] | None = None,
+        on_error: Callable[[str], None] | None = None,
+    ):
         env = os.environ if environ is None else environ
         self.socket_path = env.get("NOTIFY_SOCKET") or None
         self.watchdog_usec = _watchdog_usec(env)
+        self.on_error = on_error
+        self.failures = 0
         self._lock = threading.Lock()
 
     @property
@@ -38,9 +50,27 @@ class Notifier:
             return False
         message = "\n".join(assignments)
         with self._lock:
-            if _sd_daemon is not None:
-                return bool(_sd_daemon.notify(message))
-            return _send_datagram(self.socket_path, message)
+            try:
+                if _sd_daemon is not None:
+                    sent = bool(_sd_daemon.notify(message))
+                    error = None if sent else "daemon.notify returned False"
+                else:
+                    _send_datagram(self.socket_path, message)
+                    sent, error = True, None
+            except Exception as exc:  # noqa: BLE001 - any failure here must not end serve
+                sent, error = False, f"{type(exc).__name__}: {exc}"
+            if not sent:
+                self._report(error)
+            return sent
+
+    def _report(self, error: str) -> None:
+        self.failures += 1
+        if self.failures == 1 and self.on_error is not None:
+            self.on_error(
+                f"cannot notify systemd at NOTIFY_SOCKET={self.socket_path!r}: {error}; "
+                "supervising without notifications (reported once; under systemd "
+                "Type=notify the start will time out)"
+            )
 
     def status(self, text: str) -> bool:
         return self.send(f"STATUS={_one_line(text)}")
@@ -77,14 +107,10 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
-def _send_datagram(path: str, message: str) -> bool:
+def _send_datagram(path: str, message: str) -> None:
     address = "\0" + path[1:] if path.startswith("@") else path
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
-        try:
-            sock.sendto(message.encode(), address)
-        except OSError:
-            return False
-    return True
+        sock.sendto(message.encode(), address)
 
 
 def child_environment(base: dict[str, str], plan_env: dict[str, str]) -> dict[str, str]:

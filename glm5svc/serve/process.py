@@ -1,4 +1,12 @@
-"""The server process and its process group: start, signal, drain, kill, prove empty."""
+"""The server process and its process group: start, signal, kill, prove empty.
+
+The engine never outlives `glm5svc serve`: the launcher gets PR_SET_PDEATHSIG
+(SIGKILL) in the forked child before exec, so even a SIGKILLed supervisor takes it
+down; sglang's own scheduler and detokenizer processes set the same on themselves
+(`kill_itself_when_parent_died` in sglang/srt/utils/common.py), so the launcher's
+death takes the rest of the tree. The death signal fires when the *thread* that
+forked exits, so `start()` must run on the main thread.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +14,13 @@ import ctypes
 import os
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
+PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
+_LIBC = ctypes.CDLL(None, use_errno=True)
 
 
 def become_subreaper() -> bool:
@@ -19,10 +30,20 @@ def become_subreaper() -> bool:
     and their zombies would make the group look alive forever.
     """
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+        return _LIBC.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
     except (OSError, AttributeError):
         return False
+
+
+def _die_with(parent_pid: int):
+    """preexec_fn: SIGKILL this child when its parent dies (also if it already has)."""
+
+    def set_death_signal() -> None:
+        _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent_pid:  # the parent died before prctl took effect
+            os._exit(137)
+
+    return set_death_signal
 
 
 class EngineProcess:
@@ -37,6 +58,8 @@ class EngineProcess:
 
     def start(self) -> int:
         """Start in its own process group (pgid = pid), output merged into one pipe."""
+        if threading.current_thread() is not threading.main_thread():
+            raise RuntimeError("the engine must be started from the main thread (pdeathsig)")
         self.popen = subprocess.Popen(
             self.argv,
             env=self.env,
@@ -45,6 +68,7 @@ class EngineProcess:
             stderr=subprocess.STDOUT,
             process_group=0,
             close_fds=True,
+            preexec_fn=_die_with(os.getpid()),
         )
         return self.popen.pid
 
@@ -54,6 +78,15 @@ class EngineProcess:
 
     def poll(self) -> int | None:
         return self.popen.poll() if self.popen else None
+
+    def signal_launcher(self, sig: int) -> None:
+        """Signal the launcher only: sglang drains on its own SIGTERM and ends its children."""
+        if self.popen is None or self.popen.poll() is not None:
+            return
+        try:
+            os.kill(self.popen.pid, sig)
+        except ProcessLookupError:
+            pass
 
     def signal_group(self, sig: int) -> None:
         if self.popen is None:
@@ -72,32 +105,24 @@ class EngineProcess:
             reap_orphans(self.popen.pid)
         return live_group_members(self.popen.pid)
 
-    def stop(self, drain_timeout_s: float, kill_wait_s: float = 10.0) -> str:
-        """SIGTERM the group, wait up to drain_timeout_s, then SIGKILL whatever is left.
-
-        Returns "drained", "killed" or "survivors: <pids>" (never silently leaves processes).
-        """
+    def stopped_members(self) -> list[int]:
+        """Group members in the stopped state (SIGSTOP/SIGTSTP): frozen, not serving."""
         if self.popen is None:
-            return "drained"
-        self.signal_group(signal.SIGTERM)
-        if self._wait_group_empty(drain_timeout_s):
-            return "drained"
+            return []
+        return [pid for pid, state in group_states(self.popen.pid) if state in ("T", "t")]
+
+    def kill_group(self, wait_s: float = 10.0) -> str:
+        """SIGKILL the whole group; "empty" (nothing was left), "killed" or "survivors: ..."."""
+        if self.popen is None or not self.group_members():
+            return "empty"
+        self.signal_group(signal.SIGCONT)  # a stopped process dies only once continued
         self.signal_group(signal.SIGKILL)
-        if self._wait_group_empty(kill_wait_s):
-            return "killed"
-        return f"survivors: {self.group_members()}"
-
-    def kill_now(self) -> str:
-        return self.stop(drain_timeout_s=0.0)
-
-    def _wait_group_empty(self, timeout_s: float) -> bool:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            if not self.group_members():
-                return True
+        deadline = time.monotonic() + wait_s
+        while self.group_members():
             if time.monotonic() >= deadline:
-                return False
+                return f"survivors: {self.group_members()}"
             time.sleep(0.05)
+        return "killed"
 
 
 def reap_orphans(pgid: int) -> None:
@@ -111,7 +136,8 @@ def reap_orphans(pgid: int) -> None:
             return
 
 
-def live_group_members(pgid: int) -> list[int]:
+def group_states(pgid: int) -> list[tuple[int, str]]:
+    """(pid, state letter) of every process whose process group is `pgid`."""
     members = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -122,6 +148,10 @@ def live_group_members(pgid: int) -> list[int]:
             continue
         # pid (comm) state ppid pgrp ...: comm may contain spaces, so split after ')'.
         fields = stat[stat.rfind(")") + 2 :].split()
-        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
-            members.append(int(entry.name))
+        if len(fields) > 2 and int(fields[2]) == pgid:
+            members.append((int(entry.name), fields[0]))
     return members
+
+
+def live_group_members(pgid: int) -> list[int]:
+    return [pid for pid, state in group_states(pgid) if state not in ("Z", "X")]

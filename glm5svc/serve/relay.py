@@ -19,6 +19,8 @@ except ImportError:  # pragma: no cover
 
 JOURNAL_SOCKET = Path("/run/systemd/journal/socket")
 _LINE_BREAK = re.compile(rb"\r\n|\r|\n")
+# Longer lines are cut: journald keeps at most 48 KiB of a stream line anyway.
+MAX_LINE_BYTES = 32 * 1024
 
 
 class StderrSink:
@@ -85,7 +87,12 @@ def choose_sink(engine_pid_getter: Callable[[], int | None]):
 
 
 class OutputReader:
-    """Reads the server's merged stdout/stderr; tqdm's carriage returns end lines too."""
+    """Reads the server's merged stdout/stderr; tqdm's carriage returns end lines too.
+
+    Linear in the output: only each new chunk is searched for line ends, and a line
+    longer than `max_line_bytes` is cut (its remainder counted, not kept). Every line
+    passes through `redact` before it is kept, relayed or parsed.
+    """
 
     def __init__(
         self,
@@ -93,19 +100,27 @@ class OutputReader:
         on_line: Callable[[str], None],
         on_eof: Callable[[], None],
         keep_lines: int = 4000,
+        redact: Callable[[str], str] | None = None,
+        redact_cut: Callable[[str], str] | None = None,
+        max_line_bytes: int = MAX_LINE_BYTES,
     ):
         self.fd = fd
         self.on_line = on_line
         self.on_eof = on_eof
+        self.redact = redact or (lambda text: text)
+        self.redact_cut = redact_cut or self.redact
+        self.max_line_bytes = max_line_bytes
         self.tail: deque[str] = deque(maxlen=keep_lines)
         self.thread = threading.Thread(target=self._run, name="engine-output", daemon=True)
+        self._previous: str | None = None
 
     def start(self) -> None:
         self.thread.start()
 
     def _run(self) -> None:
-        pending = b""
-        previous = None
+        pending: list[bytes] = []
+        pending_len = 0
+        dropped = 0
         try:
             while True:
                 try:
@@ -114,20 +129,41 @@ class OutputReader:
                     break
                 if not chunk:
                     break
-                parts = _LINE_BREAK.split(pending + chunk)
-                pending = parts.pop()
-                for raw in parts:
-                    line = raw.decode("utf-8", "replace").rstrip()
-                    if line and line != previous:  # tqdm repeats the same bar
-                        previous = line
-                        self.tail.append(line)
-                        self.on_line(line)
-            if pending.strip():
-                line = pending.decode("utf-8", "replace").rstrip()
-                self.tail.append(line)
-                self.on_line(line)
+                start = 0
+                for match in _LINE_BREAK.finditer(chunk):
+                    piece = chunk[start : match.start()]
+                    start = match.end()
+                    if pending:
+                        pending.append(piece)
+                        piece, pending, pending_len = b"".join(pending), [], 0
+                    self._emit(piece, dropped)
+                    dropped = 0
+                rest = chunk[start:]
+                room = self.max_line_bytes - pending_len
+                if len(rest) > room:
+                    dropped += len(rest) - max(room, 0)
+                    rest = rest[: max(room, 0)]
+                if rest:
+                    pending.append(rest)
+                    pending_len += len(rest)
+            if pending or dropped:
+                self._emit(b"".join(pending), dropped)
         finally:
             self.on_eof()
+
+    def _emit(self, raw: bytes, dropped: int) -> None:
+        if len(raw) > self.max_line_bytes:
+            dropped += len(raw) - self.max_line_bytes
+            raw = raw[: self.max_line_bytes]
+        text = raw.decode("utf-8", "replace").rstrip()
+        if dropped:
+            line = self.redact_cut(text) + f" [... {dropped} more bytes cut by glm5svc]"
+        else:
+            line = self.redact(text)
+        if line and line != self._previous:  # tqdm repeats the same bar
+            self._previous = line
+            self.tail.append(line)
+            self.on_line(line)
 
 
 ERROR_PRIORITY = PRIORITY_ERR

@@ -1,4 +1,9 @@
-"""The supervisor's shared state: written by the supervision loop, read by /status and /metrics."""
+"""The supervisor's state: written only by the supervision loop, read by /status and /metrics.
+
+Probe, output-reader and hook threads never write it: they report on the loop's
+queue and the loop decides (the TGI launcher's discipline). The lock is for readers
+that need a consistent snapshot while the loop updates several fields at once.
+"""
 
 from __future__ import annotations
 
@@ -25,6 +30,7 @@ class EngineHealth:
     last_probe_ok_at: float | None = None
     last_probe_error: str | None = None
     consecutive_failures: int = 0
+    failing_since: float | None = None
     probe_failures_total: int = 0
     probes_total: int = 0
     counters: dict[str, float] = field(default_factory=dict)
@@ -35,8 +41,11 @@ class EngineHealth:
             self.last_probe_ok_at = now
             self.last_progress_at = now
             self.consecutive_failures = 0
+            self.failing_since = None
             self.last_probe_error = None
         else:
+            if self.consecutive_failures == 0:
+                self.failing_since = now
             self.consecutive_failures += 1
             self.probe_failures_total += 1
             self.last_probe_error = detail
@@ -51,7 +60,16 @@ class EngineHealth:
         self.counters = dict(counters)
 
     def wedged(self, now: float) -> bool:
+        """Long enough without progress that only a restart helps (the watchdog's decision)."""
         return self.consecutive_failures > 0 and now - self.last_progress_at > self.wedge_window_s
+
+    def unresponsive(self, after_failures: int) -> bool:
+        """Not fit to route traffic to: probes failing in a row and no progress meanwhile."""
+        return (
+            self.consecutive_failures >= after_failures
+            and self.failing_since is not None
+            and self.last_progress_at <= self.failing_since
+        )
 
 
 class SupervisorState:
@@ -70,6 +88,11 @@ class SupervisorState:
         self.draining = False
         self.health = EngineHealth(wedge_window_s)
         self.wedged = False
+        # Failing probes with no progress: out of rotation now, restart only once wedged.
+        self.unresponsive = False
+        self.stopped_pids: list[int] = []  # engine processes frozen by SIGSTOP
+        self.engine_ready_line = False  # our own child printed "fired up"
+        self.drain: dict[str, Any] | None = None
         self.diagnosis: list[dict] = []
         self.previous_run: dict | None = None
         self.engine_starts = 0
@@ -99,10 +122,17 @@ class SupervisorState:
                 return False, "draining: the service is stopping"
             if self.engine_pid is None or self.engine_exit_status is not None:
                 return False, f"engine not running ({self.status_text})"
+            if self.stopped_pids:
+                return False, f"engine frozen: process(es) {self.stopped_pids} are stopped"
             if self.wedged:
                 return False, (
                     "engine wedged: no progress and failing probes for "
                     f"{self.health.wedge_window_s:g} s ({self.health.last_probe_error})"
+                )
+            if self.unresponsive:
+                return False, (
+                    f"engine unresponsive: {self.health.consecutive_failures} probes failed in "
+                    f"a row with no progress ({self.health.last_probe_error})"
                 )
             if not self.ready:
                 return False, f"not ready yet: {self.status_text}"
@@ -123,6 +153,9 @@ class SupervisorState:
                 "ready_reason": reason,
                 "draining": self.draining,
                 "wedged": self.wedged,
+                "unresponsive": self.unresponsive,
+                "stopped_pids": list(self.stopped_pids),
+                "drain": dict(self.drain) if self.drain else None,
                 "degraded": self.degraded,
                 "pid": os.getpid(),
                 "engine_pid": self.engine_pid,

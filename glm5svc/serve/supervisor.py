@@ -1,16 +1,26 @@
 """The supervision loop: start the server, follow its phases, tell systemd, stop it cleanly.
 
 Discipline (TGI's launcher): one server process group; if it exits, tear everything
-down and exit non-zero with a diagnosis (restarting is systemd's job). Loading times
-out on *stalls*, not on total time (Ollama's rule). READY=1 only after
-/health_generate passes and one real generation returns text. WATCHDOG=1 comes from
-this loop and stops when the engine is dead or wedged.
+down and exit non-zero with a diagnosis (restarting is systemd's job). One loop owns
+the state: the output reader, the probe threads and the post-start hook report on a
+queue and only this loop decides and writes `SupervisorState`. Loading times out on
+*stalls*, not on total time (Ollama's rule). READY=1 only after our own child printed
+its ready line, holds the engine port, passes /health_generate and returns text from
+one real generation. WATCHDOG=1 comes from this loop and stops when the engine is
+dead or wedged. Every way out of `run()` ends the engine's process group.
+
+Stopping is sglang's own drain: SIGTERM to the launcher only (sglang 0.5.11's
+`SignalHandler.sigterm_handler` sets `gracefully_exit`, answers /health 503, waits
+until no request is left, then kills its own process tree). A SIGTERM to the whole
+group instead kills the scheduler at once and sglang cuts every request in flight.
+The group is SIGKILLed only after `service.drain_timeout_s`.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import queue
 import signal
 import threading
 import time
@@ -21,17 +31,20 @@ from typing import Any
 
 from glm5svc.atomic_file import write_atomic
 from glm5svc.config import Config
+from glm5svc.port_owners import holders
+from glm5svc.redaction import Redactor
 from glm5svc.serve.diagnosis import EXIT_ENGINE_FAILED, diagnose, exit_status_for
 from glm5svc.serve.notify import Notifier, child_environment
 from glm5svc.serve.phases import (
     PRIORITY_ERR,
     PRIORITY_WARNING,
+    LineInfo,
     Phase,
     later_startup_phase,
     parse_line,
 )
-from glm5svc.serve.probes import EngineClient
-from glm5svc.serve.process import EngineProcess, become_subreaper
+from glm5svc.serve.probes import EngineClient, ProbeResult
+from glm5svc.serve.process import EngineProcess, become_subreaper, live_group_members
 from glm5svc.serve.relay import OutputReader
 from glm5svc.serve.state import SupervisorState
 
@@ -40,6 +53,17 @@ LAST_RUN_FILE = "serve-last-run.json"
 EXTEND_MARGIN_S = 30.0
 EXTEND_MIN_INTERVAL_S = 1.0
 LOOP_TICK_S = 0.1
+# Probes failing this many times in a row with no engine progress: out of rotation.
+UNRESPONSIVE_AFTER_FAILURES = 3
+DRAIN_POLL_S = 0.5
+DRAIN_FIRST_READ_S = 1.0
+WATCHDOG_ABORT_DRAIN_S = 2.0
+KILL_WAIT_S = 10.0
+# sglang logs the ready line at INFO: with a quieter --log-level it never appears.
+LOG_LEVELS_WITH_READY_LINE = ("debug", "info")
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGABRT)
+IGNORED_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2)
 
 
 @dataclass
@@ -48,7 +72,7 @@ class PostReadyContext:
 
     config: Config
     engine_url: str
-    state: SupervisorState
+    state: SupervisorState  # read only: the supervision loop is its only writer
     stop_requested: threading.Event
     log: Callable[[str], None]
     sampler: object | None = None  # the service's GPU telemetry sampler, shared
@@ -60,14 +84,84 @@ class PostReadyContext:
 PostReadyHook = Callable[[PostReadyContext], dict | None]
 
 
+# ----- what the threads report to the loop ------------------------------------------
+
+
+@dataclass(frozen=True)
+class EngineLine:
+    info: LineInfo
+    at: float
+
+
+@dataclass(frozen=True)
+class OutputClosed:
+    at: float
+
+
+@dataclass(frozen=True)
+class ReadinessChecked:
+    health: ProbeResult
+    port: ProbeResult | None = None
+    generation: ProbeResult | None = None
+    at: float = 0.0
+
+
+@dataclass(frozen=True)
+class HealthPassed:
+    """Start-up: /health_generate answered; the generation check comes next."""
+
+
+@dataclass(frozen=True)
+class HealthProbed:
+    counters_before: dict | None
+    result: ProbeResult
+    counters_after: dict | None
+    at: float
+
+
+@dataclass(frozen=True)
+class DrainCounters:
+    counters: dict | None
+    at: float
+
+
+@dataclass(frozen=True)
+class HookFinished:
+    result: dict | None
+
+
+@dataclass(frozen=True)
+class SignalReceived:
+    signum: int
+
+
+@dataclass(frozen=True)
+class ChildChanged:
+    pass
+
+
 @dataclass
 class _Timers:
     last_progress: float
     last_extend: float = 0.0
     next_probe: float = 0.0
     next_watchdog: float = 0.0
+    next_frozen_check: float = 0.0
     probe_thread: threading.Thread | None = None
     progress_percents: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class _Drain:
+    signal_name: str
+    started: float
+    deadline: float
+    in_flight_at_start: int | None = None
+    last_in_flight: int | None = None
+    last_reading: dict | None = None
+    killed_at: float | None = None
+    next_poll: float = 0.0
+    poll_thread: threading.Thread | None = None
 
 
 class Supervisor:
@@ -83,27 +177,32 @@ class Supervisor:
         post_ready_hook: PostReadyHook | None = None,
         api_key: str | None = None,
         telemetry_sampler: object | None = None,
+        redactor: Redactor | None = None,
     ):
         self.config = config
         self.service = config.service
-        self.notifier = notifier or Notifier()
         self.sink = sink
+        self.notifier = notifier or Notifier()
+        if self.notifier.on_error is None:
+            self.notifier.on_error = lambda text: self.log(text, PRIORITY_WARNING)
         self.state = SupervisorState(self.service.wedge_window_s)
         self.state.launch_plan = plan_summary
         self.state.plan_warnings = list(plan_warnings or [])
         self.engine = EngineProcess(argv, child_environment(dict(os.environ), plan_env))
         self.client = EngineClient(config.server.host, config.server.port, api_key)
+        self.redactor = redactor or Redactor([])
         self.post_ready_hook = post_ready_hook
         self.telemetry_sampler = telemetry_sampler
-        self.wake = threading.Event()
+        self.expect_ready_line = config.server.log_level in LOG_LEVELS_WITH_READY_LINE
+        self.events: queue.SimpleQueue = queue.SimpleQueue()  # put() is signal-safe
         self.stop_requested = threading.Event()
         self.stop_signal: int | None = None
-        self.fired_up = threading.Event()
         self.output_closed = threading.Event()
         self.reader: OutputReader | None = None
         self.listener = None
         self._timers = _Timers(last_progress=time.monotonic())
-        self._lock = threading.Lock()
+        self._drain: _Drain | None = None
+        self._exit_status: int | None = None
 
     # ----- entry point -------------------------------------------------------------
 
@@ -114,6 +213,7 @@ class Supervisor:
         try:
             return self._supervise()
         finally:
+            self._end_group_on_exit()
             self.notifier.status(self.state.status_text)
 
     def _supervise(self) -> int:
@@ -123,31 +223,80 @@ class Supervisor:
             self.state.engine_pid = pid
             self.state.engine_started_mono = now
             self.state.engine_starts += 1
-        command = " ".join(self.engine.argv)
+        command = " ".join(self.redactor.redact(token) for token in self.engine.argv)
         self.log(f"started the server, pid {pid} (process group {pid}): {command}")
         self._progress(now, "starting the server", force=True)
-        self.reader = OutputReader(self.engine.stdout_fd, self._on_line, self._on_eof)
+        self.reader = OutputReader(
+            self.engine.stdout_fd,
+            self._on_line,
+            self._on_eof,
+            redact=self.redactor.redact,
+            redact_cut=self.redactor.redact_cut,
+        )
         self.reader.start()
-        interval = self.notifier.watchdog_interval_s
+        while self._exit_status is None:
+            self._wait_and_handle_events()
+            self._tick(time.monotonic())
+        return self._exit_status
+
+    def _wait_and_handle_events(self) -> None:
+        try:
+            event = self.events.get(timeout=LOOP_TICK_S)
+        except queue.Empty:
+            return
         while True:
-            self.wake.wait(LOOP_TICK_S)
-            self.wake.clear()
-            now = time.monotonic()
-            if self.listener is not None:
-                self.listener.beat()
-            if self.stop_requested.is_set():
-                return self._shutdown()
-            if self.engine.poll() is not None:
-                return self._engine_exited()
-            if not self.state.ready:
-                failure = self._startup_step(now)
-                if failure:
-                    return self._give_up(failure)
-            else:
-                self._serving_step(now)
-            if interval and now >= self._timers.next_watchdog and not self.state.wedged:
-                self.notifier.watchdog()
-                self._timers.next_watchdog = now + interval
+            self._handle(event)
+            try:
+                event = self.events.get_nowait()
+            except queue.Empty:
+                return
+
+    def _handle(self, event) -> None:
+        if isinstance(event, EngineLine):
+            self._on_engine_line(event)
+        elif isinstance(event, SignalReceived):
+            self._on_signal(event.signum)
+        elif isinstance(event, ReadinessChecked):
+            self._on_readiness(event)
+        elif isinstance(event, HealthPassed):
+            self._on_health_passed()
+        elif isinstance(event, HealthProbed):
+            self._on_health(event)
+        elif isinstance(event, DrainCounters):
+            self._on_drain_counters(event)
+        elif isinstance(event, HookFinished):
+            self._on_hook_finished(event.result)
+        # OutputClosed and ChildChanged only wake the loop; _tick looks at the process.
+
+    def _tick(self, now: float) -> None:
+        if self.listener is not None:
+            self.listener.beat()
+        if self._exit_status is not None:
+            return
+        if self._drain is not None:
+            self._drain_step(now)
+            return
+        if self.stop_requested.is_set():
+            self._begin_stop(self.stop_signal or signal.SIGTERM, now)
+            return
+        code = self.engine.poll()
+        if code is not None:
+            self._exit_status = self._engine_exited(code)
+            return
+        if now >= self._timers.next_frozen_check:
+            self._timers.next_frozen_check = now + self.service.probe_interval_s
+            self._check_frozen()
+        if not self.state.ready:
+            failure = self._startup_step(now)
+            if failure:
+                self._exit_status = self._give_up(failure)
+                return
+        else:
+            self._serving_step(now)
+        interval = self.notifier.watchdog_interval_s
+        if interval and now >= self._timers.next_watchdog and not self.state.wedged:
+            self.notifier.watchdog()
+            self._timers.next_watchdog = now + interval
 
     # ----- start-up ----------------------------------------------------------------
 
@@ -165,59 +314,109 @@ class Supervisor:
                 f"the server was not ready after {now - started:.0f} s "
                 f"(service.startup_timeout_s = {self.service.startup_timeout_s:g})"
             )
-        due = self.fired_up.is_set() or now >= self._timers.next_probe
-        if due and not self._probe_in_flight():
-            self.fired_up.clear()
+        # Our own child's ready line first: another server answering on the port is not ours.
+        if self.expect_ready_line and not self.state.engine_ready_line:
+            return None
+        if now >= self._timers.next_probe and not self._probe_in_flight():
             self._timers.next_probe = now + self.service.probe_interval_s
             self._start_probe(self._readiness_check)
         return None
 
     def _readiness_check(self) -> None:
+        """Probe thread: is the port ours, does it answer, does it generate? Report only."""
         timeout = self.service.probe_timeout_s
-        health = self.client.health_generate(timeout)
-        if not health.ok:
-            with self.state.lock:
-                self.state.last_error = health.detail
+        port = self._port_is_ours()
+        if not port.ok:
+            self.events.put(ReadinessChecked(port, at=time.monotonic()))
             return
+        health = self.client.health_generate(timeout)
+        generation = None
+        if health.ok:
+            self.events.put(HealthPassed())
+            generation = self.client.generation_check(timeout)
+        self.events.put(ReadinessChecked(health, port, generation, time.monotonic()))
+
+    def _port_is_ours(self) -> ProbeResult:
+        port = self.config.server.port
+        pgid = self.engine.pid
+        members = live_group_members(pgid) if pgid else []
+        if holders(port, members):
+            return ProbeResult(True, f"port {port} held by the engine's process group")
+        others = holders(port)
+        if others:
+            who = ", ".join(f"pid {h.pid} ({h.command})" for h in others[:3])
+            return ProbeResult(False, f"port {port} is held by another process: {who}")
+        return ProbeResult(False, f"port {port} is not bound by the engine yet")
+
+    def _on_health_passed(self) -> None:
         if self.state.phase in (Phase.STARTING, Phase.LOADING, Phase.AUTOTUNE, Phase.WARMUP):
             self._set_phase(Phase.CHECKING, "checking one real generation")
             self.notifier.status("checking one real generation")
-        generation = self.client.generation_check(timeout)
-        now = time.monotonic()
-        if not generation.ok:
+
+    def _on_readiness(self, event: ReadinessChecked) -> None:
+        if self.state.ready or self._drain is not None or self.engine.poll() is not None:
+            return
+        failed = next(
+            (r for r in (event.health, event.port, event.generation) if r and not r.ok), None
+        )
+        if failed is None and event.generation is None:
+            failed = ProbeResult(False, "no generation check")
+        if failed is not None:
             with self.state.lock:
-                self.state.last_error = generation.detail
-            self.log(f"not ready yet: {generation.detail}", PRIORITY_WARNING)
+                self.state.last_error = failed.detail
+            if event.generation is not None or (event.port and event.port.ok is False):
+                self.log(f"not ready yet: {failed.detail}", PRIORITY_WARNING)
             return
-        if self.stop_requested.is_set() or self.engine.poll() is not None:
-            return
+        now = event.at
         with self.state.lock:
-            self.state.health.record_probe(True, generation.detail, now)
+            self.state.health.record_probe(True, event.generation.detail, now)
             self.state.startup_seconds = round(now - (self.state.engine_started_mono or now), 3)
             self.state.ready = True
             self.state.last_error = None
         self._set_phase(Phase.SERVING, "serving")
         self.notifier.ready(f"serving (ready after {self.state.startup_seconds:.1f} s)")
-        checks = f"{health.detail}; {generation.detail}"
+        checks = f"{event.port.detail}; {event.health.detail}; {event.generation.detail}"
         self.log(f"ready after {self.state.startup_seconds:.1f} s: {checks}")
-        self._timers.next_probe = now + self.service.probe_interval_s
+        self._timers.next_probe = time.monotonic() + self.service.probe_interval_s
         if self.post_ready_hook is not None:
-            hook = threading.Thread(
-                target=self._run_post_ready_hook, name="post-ready", daemon=True
-            )
-            hook.start()
+            self._start_post_ready_hook()
 
     # ----- serving -----------------------------------------------------------------
 
+    def _check_frozen(self) -> None:
+        stopped = self.engine.stopped_members()
+        if stopped == self.state.stopped_pids:
+            return
+        with self.state.lock:
+            self.state.stopped_pids = stopped
+        if stopped:
+            message = f"engine frozen: process(es) {stopped} stopped (SIGSTOP); not ready"
+            self.log(message, PRIORITY_ERR)
+            self.notifier.status(message)
+        else:
+            self.log("engine processes running again")
+
     def _serving_step(self, now: float) -> None:
-        wedged = self.state.health.wedged(now)
+        health = self.state.health
+        wedged = health.wedged(now)
+        unresponsive = health.unresponsive(UNRESPONSIVE_AFTER_FAILURES)
+        if unresponsive != self.state.unresponsive:
+            with self.state.lock:
+                self.state.unresponsive = unresponsive
+            if unresponsive:
+                message = (
+                    f"engine unresponsive: {health.consecutive_failures} probes failed with no "
+                    f"progress ({health.last_probe_error}); /readyz 503 until it recovers"
+                )
+                self.log(message, PRIORITY_ERR)
+                self.notifier.status(message)
         if wedged != self.state.wedged:
             with self.state.lock:
                 self.state.wedged = wedged
             if wedged:
                 message = (
                     f"engine wedged: probes failing and no progress for "
-                    f"{self.service.wedge_window_s:g} s ({self.state.health.last_probe_error}); "
+                    f"{self.service.wedge_window_s:g} s ({health.last_probe_error}); "
                     "withholding watchdog pings"
                 )
                 self.log(message, PRIORITY_ERR)
@@ -230,18 +429,31 @@ class Supervisor:
             self._start_probe(self._health_probe)
 
     def _health_probe(self) -> None:
+        """Probe thread: counters, /health_generate, counters again on failure. Report only."""
         timeout = self.service.probe_timeout_s
         counters = self.client.progress_counters(min(timeout, 5.0))
         result = self.client.health_generate(timeout)
         counters_after = self.client.progress_counters(min(timeout, 5.0)) if not result.ok else None
-        now = time.monotonic()
-        with self.state.lock:
-            self.state.health.record_counters(counters, now)
-            self.state.health.record_probe(result.ok, result.detail, now)
-            self.state.health.record_counters(counters_after, now)
-        self.wake.set()
+        self.events.put(HealthProbed(counters, result, counters_after, time.monotonic()))
 
-    def _run_post_ready_hook(self) -> None:
+    def _on_health(self, event: HealthProbed) -> None:
+        if self._drain is not None:
+            return
+        with self.state.lock:
+            health = self.state.health
+            health.record_counters(event.counters_before, event.at)
+            health.record_probe(event.result.ok, event.result.detail, event.at)
+            health.record_counters(event.counters_after, event.at)
+            recovered = self.state.unresponsive and not health.unresponsive(
+                UNRESPONSIVE_AFTER_FAILURES
+            )
+            if recovered:
+                self.state.unresponsive = False
+        if recovered:
+            self.log("engine answering again: back in rotation")
+            self.notifier.status(self.state.status_text)
+
+    def _start_post_ready_hook(self) -> None:
         with self.state.lock:
             self.state.benchmark_running = True
         self._set_phase(Phase.BENCHMARKING, "benchmarking (post-start)")
@@ -254,15 +466,24 @@ class Supervisor:
             self.log,
             self.telemetry_sampler,
         )
+        thread = threading.Thread(
+            target=self._run_post_ready_hook, args=(context,), name="post-ready", daemon=True
+        )
+        thread.start()
+
+    def _run_post_ready_hook(self, context: PostReadyContext) -> None:
         try:
             result = self.post_ready_hook(context)
         except Exception as exc:  # a failed benchmark must not take the service down
             result = {"error": f"{type(exc).__name__}: {exc}"}
             self.log(f"post-start benchmark failed: {exc}", PRIORITY_WARNING)
+        self.events.put(HookFinished(result))
+
+    def _on_hook_finished(self, result: dict | None) -> None:
         with self.state.lock:
             self.state.benchmark = result
             self.state.benchmark_running = False
-        if not self.stop_requested.is_set():
+        if self._drain is None and self.state.ready:
             text = "serving" + (f" ({self.state.degraded_reason()})" if self.state.degraded else "")
             self._set_phase(Phase.SERVING, text)
             self.notifier.status(text)
@@ -270,13 +491,23 @@ class Supervisor:
     # ----- log lines ---------------------------------------------------------------
 
     def _on_line(self, line: str) -> None:
+        """Reader thread: relay the line, then report it to the loop."""
         info = parse_line(line)
-        now = time.monotonic()
+        phase = self.state.phase
+        if not self.state.ready and info.phase and later_startup_phase(phase, info.phase):
+            phase = info.phase
+        self.sink.engine_line(info, phase.value)
+        self.events.put(EngineLine(info, time.monotonic()))
+
+    def _on_engine_line(self, event: EngineLine) -> None:
+        info, now = event.info, event.at
         text = None
         force = False
         with self.state.lock:
             phase = self.state.phase
-            if not self.state.ready:
+            if info.fired_up:
+                self.state.engine_ready_line = True
+            if not self.state.ready and self._drain is None:
                 if info.phase and later_startup_phase(phase, info.phase):
                     self.state.set_phase(info.phase)
                     phase, text, force = info.phase, info.phase.value, True
@@ -289,12 +520,10 @@ class Supervisor:
                     self.state.status_text = text
                 elif info.startup_step or info.fired_up:
                     text = text or self.state.status_text
-        self.sink.engine_line(info, phase.value)
         if text is not None:
             self._progress(now, text, force=force)
-        if info.fired_up:
-            self.fired_up.set()
-            self.wake.set()
+        if info.fired_up and not self.state.ready:
+            self._timers.next_probe = 0.0  # check readiness now
 
     def _bar_moved(self, info) -> bool:
         previous = self._timers.progress_percents.get(info.progress_label)
@@ -310,31 +539,40 @@ class Supervisor:
 
     def _on_eof(self) -> None:
         self.output_closed.set()
-        self.wake.set()
+        self.events.put(OutputClosed(time.monotonic()))
 
     # ----- endings -----------------------------------------------------------------
 
-    def _engine_exited(self) -> int:
-        code = self.engine.poll()
+    def _engine_exited(self, code: int) -> int:
+        with self.state.lock:  # out of rotation at once, before anything slower
+            self.state.engine_exit_status = code
+            self.state.ready = False
         self.output_closed.wait(2.0)  # let the reader pass on the last lines
         diagnoses = diagnose(self.reader.tail if self.reader else [])
-        how = f"exit status {code}" if code is not None and code >= 0 else f"signal {-code}"
+        if any(d.signature.id == "engine-port-in-use" for d in diagnoses):
+            self._log_port_holders()
+        how = f"exit status {code}" if code >= 0 else f"signal {-code}"
         message = f"the server exited ({how}) while {self.state.phase.value}"
         status = exit_status_for(diagnoses) if diagnoses else EXIT_ENGINE_FAILED
         return self._fail(message, diagnoses, status, code)
 
+    def _log_port_holders(self) -> None:
+        port = self.config.server.port
+        for holder in holders(port):
+            self.log(f"port {port} is held by pid {holder.pid}: {holder.command}", PRIORITY_ERR)
+
     def _give_up(self, reason: str) -> int:
-        result = self.engine.kill_now()
+        result = self.engine.kill_group()
         diagnoses = diagnose(self.reader.tail if self.reader else [])
         return self._fail(
-            f"giving up: {reason} (server {result})",
+            f"giving up: {reason} (server process group: {result})",
             diagnoses,
             exit_status_for(diagnoses) if diagnoses else EXIT_ENGINE_FAILED,
             self.engine.poll(),
         )
 
     def _fail(self, message: str, diagnoses, status: int, engine_code) -> int:
-        leftover = self.engine.kill_now()  # TGI's rule: one part gone, tear down all
+        leftover = self.engine.kill_group()  # TGI's rule: one part gone, tear down all
         with self.state.lock:
             self.state.engine_exit_status = engine_code
             self.state.ready = False
@@ -350,35 +588,152 @@ class Supervisor:
                 "diagnosis: no known failure signature in the server log; see the lines above",
                 PRIORITY_ERR,
             )
-        if leftover != "drained":
+        if leftover != "empty":
             self.log(f"server process group: {leftover}")
         self._write_last_run(status, message)
         self.log(f"exiting with status {status}")
         return status
 
-    def _shutdown(self) -> int:
-        sig = self.stop_signal or signal.SIGTERM
-        watchdog_abort = sig == signal.SIGABRT
-        drain = 2.0 if watchdog_abort else self.service.drain_timeout_s
+    # ----- stopping: sglang's own drain ----------------------------------------------
+
+    def _begin_stop(self, sig: int, now: float) -> None:
+        name = signal.Signals(sig).name
+        if sig == signal.SIGQUIT:
+            drain_s = 0.0
+        elif sig == signal.SIGABRT:  # systemd's watchdog: the engine is wedged already
+            drain_s = WATCHDOG_ABORT_DRAIN_S
+        else:
+            drain_s = self.service.drain_timeout_s
+        in_flight = None
+        if self.state.ready and drain_s > 0:  # sglang's own count, before it starts draining
+            in_flight = self._in_flight(self.client.progress_counters(DRAIN_FIRST_READ_S))
+        self._drain = _Drain(name, now, now + drain_s, in_flight, in_flight)
         with self.state.lock:
             self.state.draining = True
             self.state.ready = False
-        self._set_phase(Phase.DRAINING, f"draining (up to {drain:g} s)")
-        self.notifier.stopping(f"draining (up to {drain:g} s)")
-        self.log(
-            f"received {signal.Signals(sig).name}: stopping the server "
-            f"(SIGTERM to its group, SIGKILL after {drain:g} s)"
-        )
-        result = self.engine.stop(drain)
-        self.output_closed.wait(2.0)
+            self.state.drain = self._drain_report(now)
+        text = f"draining (up to {drain_s:g} s)"
+        self._set_phase(Phase.DRAINING, text)
+        self.notifier.stopping(text)
+        if drain_s > 0:
+            self.log(
+                f"received {name}: draining; SIGTERM to the server's launcher (pid "
+                f"{self.engine.pid}) only, which finishes the requests in flight and ends its "
+                f"own processes; SIGKILL to the group after {drain_s:g} s"
+            )
+            self.engine.signal_launcher(signal.SIGTERM)
+        else:
+            self.log(f"received {name}: stopping now, no drain (SIGKILL to the server's group)")
+
+    def _drain_step(self, now: float) -> None:
+        drain = self._drain
+        members = self.engine.group_members()
+        if not members:
+            self._exit_status = self._drained(now)
+            return
+        if drain.killed_at is None and now >= drain.deadline:
+            still = drain.last_in_flight
+            self.log(
+                f"drain time over after {now - drain.started:.1f} s "
+                f"(service.drain_timeout_s); {_count(still)} request(s) still in flight; "
+                f"SIGKILL to the server's process group {members}",
+                PRIORITY_WARNING,
+            )
+            drain.killed_at = now
+            self.engine.signal_group(signal.SIGCONT)
+            self.engine.signal_group(signal.SIGKILL)
+        elif drain.killed_at is not None and now - drain.killed_at > KILL_WAIT_S:
+            self._exit_status = self._drained(now, survivors=members)
+            return
+        if drain.killed_at is None and now >= drain.next_poll and not _alive(drain.poll_thread):
+            drain.next_poll = now + DRAIN_POLL_S
+            drain.poll_thread = threading.Thread(
+                target=self._drain_poll, name="drain-probe", daemon=True
+            )
+            drain.poll_thread.start()
+
+    def _drain_poll(self) -> None:
+        counters = self.client.progress_counters(min(self.service.probe_timeout_s, 2.0))
+        self.events.put(DrainCounters(counters, time.monotonic()))
+
+    def _on_drain_counters(self, event: DrainCounters) -> None:
+        drain = self._drain
+        if drain is None or event.counters is None:
+            return
+        in_flight = self._in_flight(event.counters)
+        if drain.in_flight_at_start is None:
+            drain.in_flight_at_start = in_flight
+        drain.last_reading = event.counters
+        if in_flight != drain.last_in_flight:
+            drain.last_in_flight = in_flight
+            running = int(event.counters.get("sglang:num_running_reqs", 0))
+            queued = int(event.counters.get("sglang:num_queue_reqs", 0))
+            text = (
+                f"draining: {in_flight} request(s) in flight ({running} running, {queued} "
+                f"queued), {event.at - drain.started:.1f} s"
+            )
+            self.log(text)
+            self._set_phase(Phase.DRAINING, text)
+            self.notifier.status(text)
+        with self.state.lock:
+            self.state.drain = self._drain_report(event.at)
+
+    def _drained(self, now: float, survivors: list[int] | None = None) -> int:
+        drain = self._drain
         code = self.engine.poll()
+        self.output_closed.wait(2.0)
+        seconds = now - drain.started
+        left = len(survivors or [])
+        if survivors:
+            outcome = f"survivors: {survivors}"
+        elif drain.killed_at is not None:
+            outcome = "killed"
+        else:
+            outcome = "drained"
         with self.state.lock:
             self.state.engine_exit_status = code
-        self._set_phase(Phase.STOPPED, f"stopped (server {result})")
-        self.log(f"server stopped: {result}")
-        status = EXIT_ENGINE_FAILED if watchdog_abort or result.startswith("survivors") else 0
-        self._write_last_run(status, f"stopped by {signal.Signals(sig).name}: {result}")
+            self.state.drain = self._drain_report(now, outcome, left)
+        self.log(
+            f"drain finished ({outcome}) in {seconds:.1f} s: requests in flight at start: "
+            f"{_count(drain.in_flight_at_start)}, at the last reading: "
+            f"{_count(drain.last_in_flight)}; server exit status {code}; processes left: {left}"
+        )
+        self._set_phase(Phase.STOPPED, f"stopped (server {outcome})")
+        self.log(f"server stopped: {outcome}")
+        watchdog_abort = drain.signal_name == "SIGABRT"
+        status = EXIT_ENGINE_FAILED if watchdog_abort or survivors else 0
+        self._write_last_run(status, f"stopped by {drain.signal_name}: {outcome}")
         return status
+
+    def _drain_report(self, now: float, outcome: str | None = None, left: int | None = None):
+        drain = self._drain
+        return {
+            "signal": drain.signal_name,
+            "seconds": round(now - drain.started, 3),
+            "deadline_s": round(drain.deadline - drain.started, 3),
+            "in_flight_at_start": drain.in_flight_at_start,
+            "in_flight": drain.last_in_flight,
+            "killed": drain.killed_at is not None,
+            "outcome": outcome,
+            "processes_left": left,
+        }
+
+    @staticmethod
+    def _in_flight(counters: dict | None) -> int | None:
+        if not counters or "sglang:num_running_reqs" not in counters:
+            return None
+        running = counters.get("sglang:num_running_reqs", 0.0)
+        return int(running + counters.get("sglang:num_queue_reqs", 0.0))
+
+    def _end_group_on_exit(self) -> None:
+        """Whatever ended the loop (an exception included), no engine process stays behind."""
+        try:
+            result = self.engine.kill_group()
+        except Exception as exc:  # noqa: BLE001 - report and go on exiting
+            self.log(f"could not end the server's process group: {exc}", PRIORITY_ERR)
+            return
+        if result != "empty":
+            self.log(f"ended the server's process group on exit: {result}", PRIORITY_WARNING)
 
     # ----- helpers -----------------------------------------------------------------
 
@@ -388,24 +743,34 @@ class Supervisor:
         thread.start()
 
     def _probe_in_flight(self) -> bool:
-        thread = self._timers.probe_thread
-        return thread is not None and thread.is_alive()
+        return _alive(self._timers.probe_thread)
 
     def _set_phase(self, phase: Phase, text: str) -> None:
         self.state.set_phase(phase, text)
 
     def log(self, text: str, priority: int = 6) -> None:
-        self.sink.message(text, priority)
+        self.sink.message(self.redactor.redact(text), priority)
+
+    def _on_signal(self, signum: int) -> None:
+        if signum == signal.SIGCHLD:
+            return
+        if signum in IGNORED_SIGNALS:
+            self.log(f"received {signal.Signals(signum).name}: ignored (stop with SIGTERM)")
+            return
+        if self._drain is not None:
+            if signum == signal.SIGQUIT and self._drain.killed_at is None:
+                self._drain.deadline = time.monotonic()  # SIGQUIT during a drain: cut it
+            return
+        if self.stop_signal is None:
+            self.stop_signal = signum
+        self.stop_requested.set()
 
     def _install_signal_handlers(self) -> None:
-        def request_stop(signum, frame):
-            if self.stop_signal is None:
-                self.stop_signal = signum
-            self.stop_requested.set()
-            self.wake.set()
+        def report(signum, frame):
+            self.events.put(SignalReceived(signum))
 
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGABRT):
-            signal.signal(sig, request_stop)
+        for sig in (*STOP_SIGNALS, *IGNORED_SIGNALS, signal.SIGCHLD):
+            signal.signal(sig, report)
 
     def _last_run_path(self) -> Path:
         return Path(self.service.results_dir) / LAST_RUN_FILE
@@ -425,9 +790,18 @@ class Supervisor:
             "message": message,
             "diagnosis": self.state.diagnosis,
             "failed_runs_in_a_row": failures,
+            "drain": self.state.drain,
         }
         path = self._last_run_path()
         try:
-            write_atomic(path, json.dumps(record, indent=2))
+            write_atomic(path, json.dumps(record, indent=2), mode=0o600)
         except OSError as exc:
             self.log(f"cannot record this run in {path}: {exc.strerror}", PRIORITY_WARNING)
+
+
+def _alive(thread: threading.Thread | None) -> bool:
+    return thread is not None and thread.is_alive()
+
+
+def _count(value: int | None) -> str:
+    return "unknown" if value is None else str(value)

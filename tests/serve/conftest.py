@@ -22,7 +22,7 @@ from testkit.engine import TEST_ENGINE, free_port
 REPO = Path(__file__).resolve().parents[2]
 
 
-def write_config(tmp_path: Path, mode: str, **service) -> Path:
+def write_config(tmp_path: Path, mode: str, server: dict | None = None, **service) -> Path:
     settings = {
         "listen_host": "127.0.0.1",
         "listen_port": free_port(),
@@ -47,6 +47,7 @@ def write_config(tmp_path: Path, mode: str, **service) -> Path:
         "telemetry": {"enabled": False},
         "benchmark": {"post_start": {"enabled": False}},
     }
+    config["server"].update(server or {})
     path = tmp_path / "glm5.yaml"
     path.write_text(yaml.safe_dump(config))
     return path
@@ -170,16 +171,30 @@ def notify_socket(tmp_path):
 
 @pytest.fixture
 def serve(tmp_path, notify_socket):
-    """serve(mode, watchdog_usec=None, **service) -> ServeProcess; killed at teardown."""
+    """serve(mode, watchdog_usec=None, server=None, env=None, **service) -> ServeProcess.
+
+    `server`: extra server.* settings; `env`: environment overrides for serve itself.
+    Killed at teardown.
+    """
     started: list[ServeProcess] = []
 
-    def start(mode: str, watchdog_usec: int | None = None, **service) -> ServeProcess:
-        env = {k: v for k, v in os.environ.items() if k not in ("WATCHDOG_USEC", "WATCHDOG_PID")}
-        env["NOTIFY_SOCKET"] = str(notify_socket.path)
-        env["GLM5SVC_LOG_TARGET"] = "stderr"
+    def start(
+        mode: str,
+        watchdog_usec: int | None = None,
+        server: dict | None = None,
+        env: dict | None = None,
+        **service,
+    ) -> ServeProcess:
+        environ = {
+            k: v for k, v in os.environ.items() if k not in ("WATCHDOG_USEC", "WATCHDOG_PID")
+        }
+        environ["NOTIFY_SOCKET"] = str(notify_socket.path)
+        environ["GLM5SVC_LOG_TARGET"] = "stderr"
+        environ["RUNTIME_DIRECTORY"] = str(tmp_path / "run")
         if watchdog_usec:
-            env["WATCHDOG_USEC"] = str(watchdog_usec)
-        process = ServeProcess(write_config(tmp_path, mode, **service), env)
+            environ["WATCHDOG_USEC"] = str(watchdog_usec)
+        environ.update(env or {})
+        process = ServeProcess(write_config(tmp_path, mode, server, **service), environ)
         started.append(process)
         return process
 
@@ -190,3 +205,4 @@ def serve(tmp_path, notify_socket):
             process.proc.wait(15)
         except subprocess.TimeoutExpired:
             process.proc.kill()
+            process.proc.wait(5)

@@ -1,0 +1,316 @@
+"""Faults a hostile or unlucky operator causes, against `glm5svc serve` and the test engine.
+
+Each test is a row of the fault table in docs/reliability.md: what the service does,
+what systemd is told, what is left running (always nothing).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import signal
+import socket
+import threading
+import time
+import urllib.error
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from glm5svc.config import load_config
+from glm5svc.serve import supervisor as supervisor_module
+from glm5svc.serve.listener import HealthListener
+from glm5svc.serve.metrics import build_registry
+from glm5svc.serve.process import live_group_members
+from glm5svc.serve.relay import StderrSink
+from tests.serve.conftest import free_port, write_config
+
+
+def engine_url(process) -> str:
+    return f"http://127.0.0.1:{process.config['server']['port']}"
+
+
+def generate(url: str, max_new_tokens: int, results: list, key: str | None = None) -> None:
+    body = {"text": "hello", "sampling_params": {"max_new_tokens": max_new_tokens}}
+    request = urllib.request.Request(
+        url + "/generate", json.dumps(body).encode(), {"Content-Type": "application/json"}
+    )
+    if key:
+        request.add_header("Authorization", f"Bearer {key}")
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            reply = json.loads(response.read())
+            results.append(("ok", reply["meta_info"]["completion_tokens"]))
+    except Exception as exc:  # noqa: BLE001 - the test reports whatever cut the request
+        results.append(("error", f"{type(exc).__name__}: {exc}"))
+
+
+def engine_metric(url: str, name: str) -> float:
+    with urllib.request.urlopen(url + "/metrics", timeout=2) as response:
+        for line in response.read().decode().splitlines():
+            if line.startswith(f"sglang:{name}"):
+                return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"no sglang:{name}")
+
+
+def engine_argv(config) -> list[str]:
+    return [*config.server.command, "--host", "127.0.0.1", "--port", str(config.server.port)]
+
+
+@contextlib.contextmanager
+def restored_signal_handlers():
+    """Supervisor.run() in the test process installs its handlers: put pytest's back."""
+    signals = (*supervisor_module.STOP_SIGNALS, *supervisor_module.IGNORED_SIGNALS, signal.SIGCHLD)
+    saved = {sig: signal.getsignal(sig) for sig in signals}
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+
+
+def wait_gone(pgid: int, timeout: float) -> list[int]:
+    deadline = time.monotonic() + timeout
+    while (left := live_group_members(pgid)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return left
+
+
+# ----- the engine never outlives serve ----------------------------------------------------
+
+
+@pytest.mark.parametrize("where", ["missing", "refused", "over-long"])
+def test_notify_socket_failures_are_logged_once_and_never_fatal(serve, tmp_path, where):
+    if where == "missing":
+        path = str(tmp_path / "no-such-dir" / "notify.sock")
+    elif where == "refused":
+        path = str(tmp_path / "closed.sock")
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        sock.bind(path)
+        sock.close()  # the file stays, nobody listens: ECONNREFUSED
+    else:
+        path = "/tmp/" + "n" * 200  # longer than sockaddr_un allows
+    process = serve("load=0.2", env={"NOTIFY_SOCKET": path})
+    status = process.wait_ready()
+    pgid = status["engine_pid"]
+    process.terminate()
+    assert process.wait_exit(15) == 0
+    assert process.output.count("cannot notify systemd") == 1
+    assert "Traceback" not in process.output
+    assert live_group_members(pgid) == []
+
+
+def test_engine_dies_when_serve_is_sigkilled(serve):
+    process = serve("load=0.2")
+    pgid = process.wait_ready()["engine_pid"]
+    assert len(live_group_members(pgid)) >= 2  # the launcher and its scheduler child
+    process.proc.send_signal(signal.SIGKILL)
+    process.proc.wait(5)
+    assert wait_gone(pgid, 10) == []
+
+
+@pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGQUIT])
+def test_hangup_and_quit_end_the_engine_group(serve, sig):
+    process = serve("load=0.2")
+    pgid = process.wait_ready()["engine_pid"]
+    process.proc.send_signal(sig)
+    assert process.wait_exit(15) == 0
+    assert live_group_members(pgid) == []
+    assert f"received {sig.name}" in process.output
+
+
+def test_user_signals_are_ignored_deliberately(serve):
+    process = serve("load=0.2")
+    pgid = process.wait_ready()["engine_pid"]
+    process.proc.send_signal(signal.SIGUSR1)
+    process.wait_for(lambda: "SIGUSR1: ignored" in process.output, 5, "the ignore message")
+    assert process.get("/readyz")[0] == 200
+    process.terminate()
+    assert process.wait_exit(15) == 0
+    assert live_group_members(pgid) == []
+
+
+def test_an_unexpected_exception_in_the_loop_still_ends_the_group(tmp_path, monkeypatch):
+    config = load_config(write_config(tmp_path, "load=0.2"))
+    stream = io.StringIO()
+    monkeypatch.setattr(supervisor_module, "become_subreaper", lambda: False)
+    supervisor = supervisor_module.Supervisor(
+        config, argv=engine_argv(config), plan_env={}, sink=StderrSink(stream)
+    )
+
+    def explode(now):
+        raise OverflowError("timestamp too large to convert to C _PyTime_t")
+
+    monkeypatch.setattr(supervisor, "_serving_step", explode)
+    with restored_signal_handlers(), pytest.raises(OverflowError):
+        supervisor.run()
+    assert live_group_members(supervisor.engine.pid) == []
+    assert "ended the server's process group on exit: killed" in stream.getvalue()
+
+
+# ----- READY means our engine --------------------------------------------------------------
+
+
+class _ImpostorHandler(BaseHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+    def _reply(self):
+        body = json.dumps({"text": "I am not your engine", "meta_info": {}}).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_POST = _reply  # noqa: N815 - stdlib names
+
+
+def test_another_server_on_the_engine_port_is_never_taken_for_ours(serve, notify_socket):
+    port = free_port()
+    impostor = ThreadingHTTPServer(("127.0.0.1", port), _ImpostorHandler)
+    threading.Thread(target=impostor.serve_forever, daemon=True).start()
+    try:
+        process = serve("load=1", server={"port": port})
+        code = process.wait_exit(30)
+    finally:
+        impostor.shutdown()
+        impostor.server_close()
+    assert "READY=1" not in notify_socket.assignments()
+    assert code == 78  # restarting cannot help while another server holds the port
+    assert "[engine-port-in-use]" in process.output
+    assert f"port {port} is held by pid {os.getpid()}" in process.output
+
+
+def test_a_frozen_engine_leaves_rotation_within_a_probe_interval(serve):
+    process = serve("load=0.2", probe_interval_s=0.3, probe_timeout_s=0.5, wedge_window_s=120)
+    pgid = process.wait_ready()["engine_pid"]
+    os.killpg(pgid, signal.SIGSTOP)
+    try:
+        stopped = time.monotonic()
+        code, body = process.wait_for(
+            lambda: (r := process.get("/readyz"))[0] == 503 and r, 10, "readyz 503"
+        )
+        dropped_after = time.monotonic() - stopped
+        assert "frozen" in body
+        assert process.get("/livez")[0] == 200  # the service itself is fine
+    finally:
+        os.killpg(pgid, signal.SIGCONT)
+    process.wait_for(lambda: process.get("/readyz")[0] == 200, 10, "back in rotation")
+    print(f"/readyz 503 {dropped_after:.2f} s after SIGSTOP (probe interval 0.3 s)")
+
+
+def test_failing_probes_without_progress_leave_rotation_before_the_wedge_window(serve):
+    process = serve(
+        "load=0.2,wedge-after=0.5", probe_interval_s=0.3, probe_timeout_s=0.5, wedge_window_s=120
+    )
+    process.wait_ready()
+    code, body = process.wait_for(
+        lambda: (r := process.get("/readyz"))[0] == 503 and r, 15, "readyz 503"
+    )
+    assert "unresponsive" in body
+    status = process.status()
+    assert status["wedged"] is False  # the restart decision waits for wedge_window_s
+    assert status["probes"]["consecutive_failures"] >= 3
+
+
+def test_engine_death_clears_readiness_at_once(serve):
+    process = serve("load=0.2")
+    pgid = process.wait_ready()["engine_pid"]
+    os.kill(pgid, signal.SIGKILL)  # the launcher; serve reaps it
+    killed = time.monotonic()
+    answers = []
+    while time.monotonic() - killed < 3 and process.proc.poll() is None:
+        try:
+            answers.append((time.monotonic() - killed, process.get("/readyz", timeout=1)[0]))
+        except OSError:
+            break  # serve has exited and closed its listener
+        time.sleep(0.02)
+    # main answered 200 for about 2 s after the death; a few loop ticks are allowed.
+    late_ready = [(round(t, 2), code) for t, code in answers if code == 200 and t > 0.3]
+    assert late_ready == []
+    assert process.wait_exit(15) == 1
+    assert wait_gone(pgid, 5) == []
+
+
+# ----- the drain -------------------------------------------------------------------------
+
+
+def test_stop_drains_the_requests_in_flight(serve):
+    # 8 requests of 250 tokens: about 2.5 s of decoding at the test engine's step time.
+    process = serve("load=0.2", drain_timeout_s=30)
+    pgid = process.wait_ready()["engine_pid"]
+    url = engine_url(process)
+    results: list = []
+    clients = [
+        threading.Thread(target=generate, args=(url, 250, results), daemon=True) for _ in range(8)
+    ]
+    for client in clients:
+        client.start()
+    process.wait_for(lambda: engine_metric(url, "num_running_reqs") == 8, 10, "8 running")
+    started = time.monotonic()
+    process.terminate()
+    code, body = process.wait_for(
+        lambda: (r := process.get("/readyz"))[0] == 503 and r, 2, "readyz 503"
+    )
+    assert "draining" in body
+    assert process.status()["draining"] is True
+    assert process.wait_exit(30) == 0
+    drained_in = time.monotonic() - started
+    for client in clients:
+        client.join(10)
+    assert results == [("ok", 250)] * 8, results
+    assert live_group_members(pgid) == []
+    assert "SIGTERM received. signum=None frame=None. Draining requests" in process.output
+    assert "crashed with exit code" not in process.output
+    assert "requests in flight at start: 8" in process.output
+    assert "processes left: 0" in process.output
+    print(f"drain: 8 in flight, 8 completed, {drained_in:.2f} s, processes left 0")
+
+
+def test_livez_stays_alive_during_a_drain_longer_than_the_stale_limit(tmp_path, monkeypatch):
+    """In process, with the liveness limit shortened: draining is alive."""
+    config = load_config(write_config(tmp_path, "load=0.2,ignore-sigterm", drain_timeout_s=2.0))
+    monkeypatch.setattr(supervisor_module, "become_subreaper", lambda: False)
+    supervisor = supervisor_module.Supervisor(
+        config, argv=engine_argv(config), plan_env={}, sink=StderrSink(io.StringIO())
+    )
+    listener = HealthListener(
+        supervisor.state,
+        build_registry(supervisor.state),
+        "127.0.0.1",
+        config.service.listen_port,
+        loop_stale_after_s=0.5,
+    )
+    listener.start()
+    supervisor.listener = listener
+    livez: list[int] = []
+
+    def watch():
+        deadline = time.monotonic() + 30
+        while not supervisor.state.ready and time.monotonic() < deadline:
+            time.sleep(0.05)
+        supervisor.events.put(supervisor_module.SignalReceived(signal.SIGTERM))
+        while not supervisor.state.draining:
+            time.sleep(0.01)
+        while supervisor.state.draining and supervisor.state.phase.value == "draining":
+            url = f"http://127.0.0.1:{config.service.listen_port}/livez"
+            try:
+                with urllib.request.urlopen(url, timeout=1) as response:
+                    livez.append(response.status)
+            except urllib.error.HTTPError as exc:
+                livez.append(exc.code)
+            time.sleep(0.1)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        with restored_signal_handlers():
+            assert supervisor.run() == 0
+    finally:
+        listener.stop()
+    watcher.join(5)
+    assert len(livez) >= 10  # the 2 s drain, four times the stale limit
+    assert set(livez) == {200}
