@@ -17,6 +17,8 @@ Behaviour is chosen with --test-mode or $TEST_ENGINE_MODE: comma-separated items
   ignore-sigterm        the engine and its rank process ignore SIGTERM
   empty-text            non-streaming /generate answers with empty text
   ranks=N               rank log prefixes TP0..TP(N-1) (default 2)
+  linger-output=SECONDS a helper process in the group keeps the output pipe open this long
+                        after the launcher dies (as children tearing down CUDA do)
   drain-check=SECONDS   how often a draining launcher counts what is left (default 0.5;
                         sglang 0.5.11 checks every 5 s)
 Stopping, as sglang 0.5.11 does: SIGTERM to the launcher alone drains (health answers
@@ -528,6 +530,10 @@ async def main_async(args) -> None:
     log = Log(ranks)
     server = Server(args, log)
     rank_child = spawn_rank_process("ignore-sigterm" in args.mode)
+    if "linger-output" in args.mode:
+        linger = float(args.mode["linger-output"])
+        code = f"import time\ntime.sleep({linger})\n"
+        subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.DEVNULL)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     if "ignore-sigterm" in args.mode:

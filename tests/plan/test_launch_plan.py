@@ -60,7 +60,8 @@ def test_reference_launch():
         "SAFETENSORS_FAST_GPU": "1",
         "CUDA_HOME": "/usr/local/cuda-12.8",
     }
-    assert plan.warnings == []
+    # The defaults listen on 0.0.0.0 without a key: said loudly, once.
+    assert len(plan.warnings) == 1 and "with no API key" in plan.warnings[0]
 
 
 def test_every_entry_has_a_reason():

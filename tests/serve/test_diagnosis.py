@@ -7,6 +7,12 @@ import pytest
 from glm5svc.serve.diagnosis import SIGNATURES, diagnose, exit_status_for
 
 EXCERPTS = {
+    "engine-port-in-use": [
+        # uvicorn (sglang's HTTP server) and aiohttp when the port is taken
+        "ERROR:    [Errno 98] error while attempting to bind on address ('0.0.0.0', 30000): "
+        "address already in use",
+        "OSError: [Errno 98] Address already in use",
+    ],
     "cuda-init-uvm-hmm": [
         "[64689.125237] nvidia-uvm: uvm_pmm_gpu.c:3176 devmem_alloc_pagemap[pid:92821] "
         "request_free_mem_region() err -34",

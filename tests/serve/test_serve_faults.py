@@ -217,7 +217,9 @@ def test_failing_probes_without_progress_leave_rotation_before_the_wedge_window(
 
 
 def test_engine_death_clears_readiness_at_once(serve):
-    process = serve("load=0.2")
+    # A helper in the group keeps the output open after the launcher dies, as children
+    # tearing down CUDA contexts do: readiness must not wait for the output to close.
+    process = serve("load=0.2,linger-output=30")
     pgid = process.wait_ready()["engine_pid"]
     os.kill(pgid, signal.SIGKILL)  # the launcher; serve reaps it
     killed = time.monotonic()
