@@ -26,7 +26,8 @@ from glm5svc.serve.listener import HealthListener
 from glm5svc.serve.metrics import build_registry
 from glm5svc.serve.process import live_group_members
 from glm5svc.serve.relay import StderrSink
-from tests.serve.conftest import free_port, write_config
+from testkit.engine import free_port
+from tests.serve.conftest import write_config
 
 
 def engine_url(process) -> str:
