@@ -484,7 +484,7 @@ async def start_up(server: Server) -> None:
     )
     log.all_ranks("Init torch distributed begin.")
     server.crash_now("start")
-    log.all_ranks("Init torch distributed ends. mem usage=0.43 GB")
+    log.all_ranks("Init torch distributed ends. elapsed=0.25 s, mem usage=0.43 GB")
     log.line("Load weight begin. avail mem=94.12 GB", 0)
     load_s = float(mode.get("load", "0.5"))
     stall_at = int(mode["stall-at"]) if "stall-at" in mode else None
@@ -504,7 +504,7 @@ async def start_up(server: Server) -> None:
             await asyncio.sleep(load_s / 10)
     log.raw("")
     log.all_ranks(
-        f"Load weight end. type={MODEL_CLASS}, dtype=torch.bfloat16, "
+        f"Load weight end. elapsed={load_s:.2f} s, type={MODEL_CLASS}, "
         "avail mem=40.87 GB, mem usage=53.25 GB."
     )
     server.crash_now("kv")
@@ -513,10 +513,12 @@ async def start_up(server: Server) -> None:
     log.line("Running FlashInfer autotune...", 0)
     await asyncio.sleep(0.1)
     log.line("FlashInfer autotune completed.", 0)
-    log.line("Capture cuda graph begin. This can take up to several minutes. avail mem=8.10 GB", 0)
+    log.line("Capture piecewise CUDA graph begin. avail mem=8.10 GB", 0)
     server.crash_now("graph")
     log.line(
-        "Capture cuda graph end. Time elapsed: 0.10 s. mem usage=0.31 GB. avail mem=7.79 GB.", 0
+        "Capture piecewise CUDA graph end. Time elapsed: 0.10 s. mem usage=0.31 GB. "
+        "avail mem=7.79 GB.",
+        0,
     )
     log.line(
         f"max_total_num_tokens=1043968, chunked_prefill_size=8192, max_prefill_tokens=16384, "
@@ -554,8 +556,8 @@ async def main_async(args) -> None:
     log.raw("INFO:     Application startup complete.")
     log.raw(f"INFO:     Uvicorn running on http://{args.host}:{args.port} (Press CTRL+C to quit)")
     log.line(
-        "Prefill batch. #new-seq: 1, #new-token: 7, #cached-token: 0, token usage: 0.00, "
-        "#running-req: 0, #queue-req: 0",
+        "Prefill batch, #new-seq: 1, #new-token: 7, #cached-token: 0, token usage: 0.00, "
+        "#running-req: 0, #queue-req: 0, #pending-token: 0, cuda graph: False",
         0,
     )
     server.ready = True

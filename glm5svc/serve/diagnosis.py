@@ -187,6 +187,23 @@ SIGNATURES: tuple[Signature, ...] = (
             "and that no other process uses the GPUs; in LXC make all /dev/nvidia* visible"
         ),
     ),
+    Signature(
+        # sglang's launcher watches its children and logs this line before taking the whole
+        # server down (recorded from sglang 0.5.11: tests/fixtures/real_engine/). The more
+        # specific signatures above name the cause when the child printed one first.
+        id="engine-child-killed",
+        title="An engine process was killed",
+        patterns=(r"Subprocess \w+ \(pid=\d+\) crashed with exit code -9\b",),
+        cause=(
+            "a process of the server (the scheduler or the detokenizer) received SIGKILL: "
+            "most often the kernel's out-of-memory killer, else an operator's kill -9"
+        ),
+        fix=(
+            "look for 'Out of memory: Killed process' in `journalctl -k` on the host; give the "
+            "container more memory (glm5_host_lxc_resources) or lower tuning.max_running_requests; "
+            "systemd restarts the service"
+        ),
+    ),
 )
 
 _COMPILED = [(sig, [re.compile(p, re.IGNORECASE) for p in sig.patterns]) for sig in SIGNATURES]

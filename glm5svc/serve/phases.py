@@ -40,7 +40,10 @@ _PHASE_MARKERS: list[tuple[re.Pattern[str], Phase]] = [
     (re.compile(r"FlashInfer autotune|[Aa]utotun(e|ing)"), Phase.AUTOTUNE),
     (
         re.compile(
-            r"Capture cuda graph|Capturing batches|Uvicorn running on|Application startup complete"
+            # sglang <= 0.5.10: "Capture cuda graph begin"; 0.5.11+ also captures
+            # piecewise graphs for prefill: "Capture piecewise CUDA graph begin".
+            r"(?i:Capture (piecewise )?cuda graph)|Capturing batches|Uvicorn running on"
+            r"|Application startup complete"
             r"|Start of (pd disaggregation )?warmup|warm[- ]?up"
         ),
         Phase.WARMUP,
@@ -51,7 +54,8 @@ FIRED_UP = re.compile(r"The server is fired up and ready to roll")
 # A step that shows start-up is moving even when the phase does not change.
 _STARTUP_STEPS = re.compile(
     r"Init torch distributed|Load weight (begin|end)|KV Cache is allocated|Memory pool end"
-    r"|Capture cuda graph (begin|end)|FlashInfer autotune|max_total_num_tokens="
+    r"|(?i:Capture (piecewise )?cuda graph (begin|end))|Compiling num tokens"
+    r"|FlashInfer autotune|max_total_num_tokens="
     r"|Application startup complete|Uvicorn running on|Prefill batch|Decode batch"
 )
 _PERCENT = re.compile(r"^\s*(?P<label>[^:\r\n]{3,80}):\s*(?P<pct>\d{1,3})%")

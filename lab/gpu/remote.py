@@ -288,6 +288,13 @@ class NotifySocket:
         return None
 
 
+def running_requests(engine_url: str) -> int:
+    """sglang's own gauge of requests being decoded (`sglang:num_running_reqs`)."""
+    _, text, _ = http_get(f"{engine_url}/metrics", timeout=5)
+    match = re.search(r"^sglang:num_running_reqs\{[^}]*\} ([0-9.e+]+)", text, re.M)
+    return int(float(match.group(1))) if match else 0
+
+
 def bench_serving(
     env,
     base_url: str,
@@ -510,7 +517,10 @@ def scenario_service(out: Path, env: dict[str, str], deadline: Deadline, results
     under_load = {}
 
     def sample_under_load():
-        time.sleep(1.0)
+        # bench_serving needs ~10 s to import before its first request: wait for the load.
+        waiting = Deadline(40)
+        while running_requests(engine) < 8 and not waiting.expired():
+            time.sleep(0.2)
         _, metrics_text, _ = http_get(f"{engine}/metrics")
         (recorded / "metrics-under-load.txt").write_text(metrics_text)
         probes = []
@@ -614,13 +624,8 @@ def scenario_service(out: Path, env: dict[str, str], deadline: Deadline, results
         text=True,
     )
     running = 0
-    t_wait = time.monotonic()
-    while time.monotonic() - t_wait < 30:
-        _, text, _ = http_get(f"{engine}/metrics", timeout=5)
-        match = re.search(r"^sglang:num_running_reqs\{[^}]*\} ([0-9.e+]+)", text, re.M)
-        running = int(float(match.group(1))) if match else 0
-        if running >= 60:
-            break
+    waiting = Deadline(40)
+    while (running := running_requests(engine)) < 60 and not waiting.expired():
         time.sleep(0.2)
     drain["running_at_stop"] = running
     t_stop = time.monotonic()

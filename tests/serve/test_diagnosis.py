@@ -51,6 +51,11 @@ EXCERPTS = {
         "NCCLUtils.hpp:317, unhandled cuda error, NCCL version 2.27.3",
         "ncclUnhandledCudaError: Call to CUDA function failed.",
     ],
+    # sglang 0.5.11 on an H200, scheduler killed with kill -9 (tests/fixtures/real_engine/)
+    "engine-child-killed": [
+        "[2026-12-01 03:02:07] Subprocess scheduler_0 (pid=2157) crashed with exit code -9. "
+        "Triggering SIGQUIT for cleanup...",
+    ],
 }
 
 
