@@ -217,6 +217,9 @@ class PostStartBenchmark(Section):
 
 
 class BenchmarkSection(Section):
+    # The interpreter that runs `-m sglang.bench_serving` (sglang and what bench_serving
+    # imports, e.g. tqdm); null: server.python. `glm5svc bench --python` overrides it.
+    python: Path | None = None
     ladder: list[PositiveInt] = Field(default_factory=lambda: [64, 256, 512, 1024, 2048])
     input_len: PositiveInt = 1024
     output_len: PositiveInt = 512

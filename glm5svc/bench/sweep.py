@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import shutil
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -97,6 +98,7 @@ def run_benchmark(
 ) -> BenchSummary:
     plan.validate()
     baseline = load_baseline(judgement.baseline) if judgement.baseline else None
+    made_here = run_dir is None
     run_dir = Path(run_dir) if run_dir else new_run_dir(results_root, kind)
     run_dir.mkdir(parents=True, exist_ok=True)
     started = datetime.now(UTC).isoformat(timespec="seconds")
@@ -127,6 +129,14 @@ def run_benchmark(
         baseline,
         judgement.regression_threshold_pct,
     )
+    if stopped and not any(level.metrics for level in levels):
+        # Nothing measured: no results directory that looks like a run.
+        stopped = _nothing_measured(stopped, levels, plan)
+        summary.stopped_reason = stopped
+        summary.results_dir = None
+        if made_here:
+            shutil.rmtree(run_dir, ignore_errors=True)
+        return summary
     summary.verdicts["judgement"] = {
         "knee_gain_pct": judgement.knee_gain_pct,
         "underused_power_share": judgement.underused_power_share,
@@ -135,6 +145,15 @@ def run_benchmark(
     }
     write_results(summary, run_dir)
     return summary
+
+
+def _nothing_measured(reason: str, levels: list, plan: BenchPlan) -> str:
+    if any(level.returncode not in (0, None) for level in levels):
+        reason += (
+            f"; bench_serving ran with {plan.python} (benchmark.python, else server.python; "
+            "--python overrides): it needs sglang and what sglang.bench_serving imports"
+        )
+    return reason + "; nothing was measured, so no results were kept"
 
 
 def _prepare(python: str, sampler: Any, config: Any) -> dict[str, Any]:

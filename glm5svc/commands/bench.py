@@ -38,7 +38,11 @@ def register(subparsers):
     parser.add_argument("--num-prompts", type=int, help="prompts per level (default: by level)")
     parser.add_argument("--warmup-requests", type=int, help="warm-up requests before each level")
     parser.add_argument("--base-url", help="server URL (default: from the config's server)")
-    parser.add_argument("--python", help="interpreter with sglang (default: server.python)")
+    parser.add_argument(
+        "--python",
+        help="interpreter that runs sglang.bench_serving (default: benchmark.python, else "
+        "server.python)",
+    )
     parser.add_argument("--tokenizer", help="tokenizer directory (default: the model's)")
     parser.add_argument("--model", help="served model name (default: model.served_name)")
     parser.add_argument("--results-dir", help="where runs go (default: service.results_dir)")

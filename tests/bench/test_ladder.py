@@ -170,17 +170,21 @@ def test_ladder_stops_when_the_server_dies(bench_python, tiny_tokenizer, engine,
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_bench_serving_failure_stops_the_ladder(bench_python, engine, tmp_path):
-    """bench_serving exits non-zero (here: no tokenizer at the path): the ladder stops at
-    once with bench_serving's own last words, and the summary is still written."""
+    """bench_serving exits non-zero (here: no tokenizer at the path) at the first level: the
+    ladder stops at once with bench_serving's own last words and the interpreter it ran
+    with, and nothing measured means no results directory is left behind."""
     missing = str(tmp_path / "no-tokenizer")
     plan = make_plan(bench_python, missing, engine.base_url, ladder=(4, 8))
-    summary = run_benchmark(plan, tmp_path, Judgement(baseline=None))
+    summary = run_benchmark(plan, tmp_path / "results", Judgement(baseline=None))
     assert len(summary.levels) == 1
     level = summary.levels[0]
     assert not level.ok and level.metrics is None and level.returncode != 0
     assert summary.stopped_reason.startswith("stopped at concurrency 4: bench_serving exited")
-    assert (Path(summary.results_dir) / level.log_file).read_text().count("Traceback") >= 1
-    assert json.loads((Path(summary.results_dir) / "summary.json").read_text())["levels"]
+    assert "no-tokenizer" in summary.stopped_reason
+    assert f"bench_serving ran with {bench_python} (benchmark.python" in summary.stopped_reason
+    assert summary.stopped_reason.endswith("nothing was measured, so no results were kept")
+    assert summary.results_dir is None
+    assert list((tmp_path / "results" / "bench").iterdir()) == []
 
 
 @pytest.mark.slow

@@ -8,13 +8,14 @@ from pathlib import Path
 import pytest
 
 from glm5svc.bench.baselines import load_baseline, shipped_baselines
+from glm5svc.bench.plan import plan_from_config
 from glm5svc.bench.post_start import headline, status_dict
 from glm5svc.bench.power import LevelTelemetry, unavailable
 from glm5svc.bench.results import BenchSummary, LevelResult
 from glm5svc.bench.serving_figures import BenchLineError, parse_bench_line
 from glm5svc.bench.verdicts import compare_with_baseline, find_knee, gpus_underused
 from glm5svc.benchmark_gauges import bench_metrics_families
-from glm5svc.config import Config
+from glm5svc.config import Config, parse_config
 from glm5svc.errors import ConfigError
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -163,3 +164,13 @@ def test_status_metrics_and_degraded_for_the_service():
     assert families["glm5svc_bench_below_baseline"].samples[0].value == 1.0
     assert families["glm5svc_bench_power_share_of_limit_ratio"].samples[0].value == 0.2
     assert bench_metrics_families(None) == []
+
+
+def test_bench_interpreter_comes_from_benchmark_python_then_server_python():
+    assert plan_from_config(Config()).python == "/opt/glm5/venv/bin/python"
+    config = parse_config("benchmark: {python: /opt/glm5/bench-venv/bin/python}")
+    assert plan_from_config(config).python == "/opt/glm5/bench-venv/bin/python"
+    assert plan_from_config(config, python="/usr/bin/python3").python == "/usr/bin/python3"
+    with pytest.raises(ConfigError) as bad:
+        parse_config("benchmark: {python: [1]}")
+    assert bad.value.problems[0].startswith("benchmark.python: ")
