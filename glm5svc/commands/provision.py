@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from glm5svc.provision.runner import Progress, run_playbook
+from glm5svc.provision.runner import Progress, new_log_path, run_playbook
 
 DEFAULT_LOG_DIR = Path(os.environ.get("GLM5SVC_PROVISION_LOGS", "/var/log/glm5svc"))
 
@@ -50,6 +50,7 @@ def run(args) -> int:
         extra += ["--check", "--diff"]
     if args.limit:
         extra += ["--limit", args.limit]
+    log_path = new_log_path(project, args.playbook, Path(args.log_dir))
     progress = Progress()
     console = Console()
     with Live(_table(progress), console=console, refresh_per_second=4) as live:
@@ -58,9 +59,7 @@ def run(args) -> int:
             progress.handle(event)
             live.update(_table(progress))
 
-        rc, log_path = run_playbook(
-            project, args.playbook, args.inventory, extra, Path(args.log_dir), on_event
-        )
+        rc = run_playbook(project, args.playbook, args.inventory, extra, log_path, on_event)
     _summary(console, progress, rc, log_path)
     return rc
 
@@ -74,11 +73,6 @@ def _summary(console: Console, progress: Progress, rc: int, log_path: Path) -> N
         for task in tally.changed_tasks:
             console.print(f"  changed: {task}")
         for task, message in tally.messages.items():
-            lowered = task.lower()
-            if (
-                any(key in lowered for key in ("reboot", "restart", "status", "bench", "failed"))
-                or tally.failed
-            ):
-                console.print(f"  {task}:\n    " + message.replace("\n", "\n    "))
+            console.print(f"  {task}:\n    " + message.replace("\n", "\n    "), highlight=False)
     console.print(f"full log: {log_path}")
     console.print("[green]provisioned[/]" if rc == 0 else f"[red]failed (ansible rc {rc})[/]")

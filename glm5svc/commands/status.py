@@ -42,8 +42,9 @@ def run(args) -> int:
 
 
 def render(status: dict) -> str:
+    phase, text = status.get("phase"), status.get("status")
     lines = [
-        f"glm5svc {status.get('version', '?')}: {status.get('phase')} — {status.get('status')}",
+        f"glm5svc {status.get('version', '?')}: {phase}" + (f" — {text}" if text != phase else ""),
         f"  ready: {'yes' if status.get('ready') else 'no'} ({status.get('ready_reason')})",
         f"  wrapper pid {status.get('pid')}, server pid {status.get('engine_pid')}, "
         f"up {_duration(status.get('uptime_s'))}",

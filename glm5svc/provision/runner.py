@@ -1,7 +1,17 @@
-"""Run a playbook with ansible-runner; count results per host; keep the full log on disk."""
+"""Run a playbook with ansible-runner; count results per host; keep the full log on disk.
+
+What the summary shows besides the counts: the message of every `ansible.builtin.debug`
+task (the roles use debug only to report to the operator: verdicts, reports, what check
+mode cannot know) and of every failed or unreachable task.
+"""
 
 from __future__ import annotations
 
+import importlib.util
+import os
+import shutil
+import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,6 +23,9 @@ class ProvisionError(Glm5Error):
     """ansible-runner is missing or the playbook could not be started (exit 1)."""
 
 
+DEBUG_ACTIONS = ("ansible.builtin.debug", "debug")
+
+
 @dataclass
 class HostTally:
     ok: int = 0
@@ -21,7 +34,7 @@ class HostTally:
     unreachable: int = 0
     task: str = ""
     changed_tasks: list[str] = field(default_factory=list)
-    messages: dict[str, str] = field(default_factory=dict)  # task -> debug msg / failure
+    messages: dict[str, str] = field(default_factory=dict)  # task -> report or failure
 
 
 @dataclass
@@ -50,7 +63,7 @@ class Progress:
             if result.get("changed"):
                 tally.changed += 1
                 tally.changed_tasks.append(task)
-            if "msg" in result and data.get("task_action", "").endswith("debug"):
+            if "msg" in result and data.get("task_action") in DEBUG_ACTIONS:
                 tally.messages[task] = _text(result["msg"])
         elif kind == "runner_on_failed" and not data.get("ignore_errors"):
             tally.failed += 1
@@ -66,25 +79,57 @@ def _text(value) -> str:
     return str(value)
 
 
+def ansible_bin_dir() -> Path | None:
+    """Where ansible-playbook is: beside this interpreter (the same venv, activated or
+    not), else on PATH."""
+    beside = Path(sys.executable).parent
+    if (beside / "ansible-playbook").is_file():
+        return beside
+    found = shutil.which("ansible-playbook")
+    return Path(found).parent if found else None
+
+
+def new_log_path(project_dir: Path, playbook: str, log_dir: Path) -> Path:
+    """Check what the run needs before anything is shown or written; the log's path."""
+    if not (project_dir / playbook).is_file():
+        raise ProvisionError(
+            f"no playbook {project_dir / playbook}: pass --project (the glm5svc checkout "
+            "holding site.yml) or --playbook"
+        )
+    if importlib.util.find_spec("ansible_runner") is None:
+        raise ProvisionError("ansible-runner is not installed: pip install 'glm5svc[provision]'")
+    if ansible_bin_dir() is None:
+        raise ProvisionError(
+            "ansible-playbook is neither beside this Python nor on PATH: "
+            "pip install 'glm5svc[provision]' (it brings ansible-core)"
+        )
+    try:
+        log_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ProvisionError(
+            f"cannot create the log directory {log_dir}: {exc.strerror}; pass --log-dir"
+        ) from None
+    return log_dir / f"provision-{time.strftime('%Y%m%dT%H%M%S')}.log"
+
+
 def run_playbook(
     project_dir: Path,
     playbook: str,
     inventory: str | None,
     extra_args: list[str],
-    log_dir: Path,
+    log_path: Path,
     on_event,
-) -> tuple[int, Path]:
-    try:
-        import ansible_runner
-    except ImportError:
-        raise ProvisionError(
-            "ansible-runner is not installed: pip install 'glm5svc[provision]'"
-        ) from None
-    stamp = time.strftime("%Y%m%dT%H%M%S")
-    log_dir.mkdir(parents=True, exist_ok=True)
-    log_path = log_dir / f"provision-{stamp}.log"
+) -> int:
+    """ansible-runner over the playbook; every event to on_event, its output to log_path."""
+    import ansible_runner  # an optional dependency (glm5svc[provision]), checked above
+
     cmdline = " ".join(extra_args)
-    with log_path.open("w", encoding="utf-8") as log:
+    # ansible-runner's working directory (env/, artifacts/ with every event again): the log
+    # keeps the output, so it goes once the run is over.
+    with (
+        tempfile.TemporaryDirectory(prefix="glm5svc-runner-") as private_data_dir,
+        log_path.open("w", encoding="utf-8") as log,
+    ):
 
         def event_handler(event: dict) -> bool:
             if event.get("stdout"):
@@ -94,13 +139,16 @@ def run_playbook(
             return True
 
         result = ansible_runner.run(
-            private_data_dir=str(log_dir / f"runner-{stamp}"),
+            private_data_dir=private_data_dir,
             project_dir=str(project_dir),
             playbook=str(project_dir / playbook),
             inventory=inventory,
             cmdline=cmdline or None,
-            envvars={"ANSIBLE_CONFIG": str(project_dir / "ansible.cfg")},
+            envvars={
+                "ANSIBLE_CONFIG": str(project_dir / "ansible.cfg"),
+                "PATH": f"{ansible_bin_dir()}{os.pathsep}{os.environ.get('PATH', '')}",
+            },
             event_handler=event_handler,
             quiet=True,
         )
-    return int(result.rc or 0), log_path
+    return int(result.rc or 0)

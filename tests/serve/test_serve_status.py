@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+from glm5svc.commands.status import render
 from tests.serve.conftest import REPO
 
 
@@ -63,3 +64,10 @@ def test_status_command_shows_the_previous_runs_diagnosis(serve, tmp_path):
     assert "loading weights: 50%" in result.stdout
     assert "previous run: exit 78" in result.stdout
     assert "disable_shared_experts_fusion" in result.stdout
+
+
+def test_status_names_the_phase_once_and_its_text_only_when_it_says_more():
+    same = render({"version": "1", "phase": "serving", "status": "serving", "ready": True})
+    assert same.splitlines()[0] == "glm5svc 1: serving"
+    loading = render({"version": "1", "phase": "loading", "status": "loading: weights 40%"})
+    assert loading.splitlines()[0] == "glm5svc 1: loading — loading: weights 40%"

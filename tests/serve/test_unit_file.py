@@ -30,6 +30,10 @@ def seconds(value: str) -> float:
 
 def test_unit_settings():
     unit = parse_unit(UNIT.read_text())
+    # The glm5_service role installs the README there.
+    assert unit["Unit"]["Documentation"] == "file:/usr/share/doc/glm5svc/README.md"
+    role_tasks = (UNIT.parents[2] / "roles" / "glm5_service" / "tasks" / "unit.yml").read_text()
+    assert "dest: /usr/share/doc/glm5svc/README.md" in role_tasks
     service = unit["Service"]
     assert service["Type"] == "notify" and service["NotifyAccess"] == "main"
     assert service["ExecStart"] == "/opt/glm5/venv/bin/glm5svc --config /etc/glm5/glm5.yaml serve"
