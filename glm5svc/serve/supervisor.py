@@ -37,6 +37,7 @@ from glm5svc.serve.diagnosis import EXIT_ENGINE_FAILED, diagnose, exit_status_fo
 from glm5svc.serve.notify import Notifier, child_environment
 from glm5svc.serve.phases import (
     PRIORITY_ERR,
+    PRIORITY_INFO,
     PRIORITY_WARNING,
     LineInfo,
     Phase,
@@ -520,6 +521,8 @@ class Supervisor:
                     self.state.status_text = text
                 elif info.startup_step or info.fired_up:
                     text = text or self.state.status_text
+        if force:
+            self._announce_phase(phase, None)
         if text is not None:
             self._progress(now, text, force=force)
         if info.fired_up and not self.state.ready:
@@ -746,7 +749,15 @@ class Supervisor:
         return _alive(self._timers.probe_thread)
 
     def _set_phase(self, phase: Phase, text: str) -> None:
+        changed = self.state.phase != phase
         self.state.set_phase(phase, text)
+        if changed:
+            self._announce_phase(phase, text)
+
+    def _announce_phase(self, phase: Phase, text: str | None) -> None:
+        """Each new phase as a message of its own, so `journalctl -u glm5` shows it."""
+        detail = f" — {text}" if text and text != phase.value else ""
+        self.sink.message(f"phase: {phase.value}{detail}", PRIORITY_INFO, glm5_phase=phase.value)
 
     def log(self, text: str, priority: int = 6) -> None:
         self.sink.message(self.redactor.redact(text), priority)

@@ -33,6 +33,13 @@ def test_listener_and_status_command(serve, tmp_path):
     assert status["launch_plan"]["sglang_version"] == "0.5.10.post1 (profile, not installed)"
     assert status["diagnosis"] == [] and status["restarts_seen"] == 0
     assert status["probes"]["total"] >= 1
+    # Each phase is a message of its own (what `journalctl -u glm5` shows), in order.
+    phases = [
+        line.removeprefix("glm5svc: phase: ").split(" — ")[0]
+        for line in process.output.splitlines()
+        if line.startswith("glm5svc: phase: ")
+    ]
+    assert phases == ["loading weights", "autotune", "warm-up", "checking generation", "serving"]
 
     code, metrics = process.get("/metrics")
     assert code == 200
