@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from glm5svc import __version__
+from glm5svc.launch_plan import build_launch_plan
 
 _SGLANG_VERSION = (
     "import importlib.metadata as m\n"
@@ -59,8 +60,6 @@ def launch_plan_summary(config: Any) -> Any:
     if config is None:
         return None
     try:
-        from glm5svc.launch_plan import build_launch_plan
-
         return build_launch_plan(config).summary()
     except Exception as exc:  # guarded on purpose: provenance must never fail a run
         return {"unavailable": f"{type(exc).__name__}: {exc}"}

@@ -18,6 +18,7 @@ from glm5svc.bench.plan import BenchPlan
 from glm5svc.bench.results import BenchSummary
 from glm5svc.bench.runner import ProgressCallback, run_ladder
 from glm5svc.bench.verdicts import all_verdicts
+from glm5svc.telemetry import Sampler
 
 
 @dataclass(frozen=True)
@@ -63,11 +64,6 @@ def telemetry_sampler(sampler: Any = None, config: Any = None) -> Iterator[tuple
         return
     if config is not None and not config.telemetry.enabled:
         yield None, "disabled in the configuration (telemetry.enabled: false)"
-        return
-    try:
-        from glm5svc.telemetry import Sampler
-    except ImportError as exc:
-        yield None, f"telemetry module not importable: {exc}"
         return
     own = Sampler.from_config(config.telemetry) if config is not None else Sampler()
     own.start()

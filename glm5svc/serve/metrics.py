@@ -9,7 +9,7 @@ from prometheus_client.registry import Collector
 from glm5svc.benchmark_gauges import bench_metrics_families
 from glm5svc.serve.phases import Phase
 from glm5svc.serve.state import SupervisorState
-from glm5svc.telemetry import register_gpu_collector
+from glm5svc.telemetry.prometheus import register_gpu_collector
 
 
 class ServiceCollector(Collector):

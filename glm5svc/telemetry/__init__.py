@@ -1,7 +1,7 @@
 """GPU telemetry: a cheap NVML sampler, measurement windows and Prometheus metrics.
 
 sampler = Sampler(period_s=1.0, pcie_period_s=0.02).start()
-register_gpu_collector(registry, sampler)          # /metrics serves the snapshot
+glm5svc.telemetry.prometheus.register_gpu_collector(registry, sampler)  # /metrics
 w = sampler.open_window("c=64"); ...; stats = sampler.close_window(w)
 """
 
@@ -23,12 +23,4 @@ __all__ = [
     "Snapshot",
     "Window",
     "WindowStats",
-    "register_gpu_collector",
 ]
-
-
-def register_gpu_collector(registry, sampler):
-    """Serve the sampler's GPU metrics from a prometheus_client registry (imported lazily)."""
-    from glm5svc.telemetry.prometheus import register_gpu_collector as register
-
-    return register(registry, sampler)

@@ -2,7 +2,8 @@ import pynvml
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from glm5svc.telemetry import PynvmlSource, Sampler, register_gpu_collector
+from glm5svc.telemetry import PynvmlSource, Sampler
+from glm5svc.telemetry.prometheus import register_gpu_collector
 from testkit import fake_pynvml
 
 
