@@ -16,6 +16,9 @@ Phases (each writes into the JSON as it finishes; a failed phase keeps the other
     python -m testkit.with_fake_nvml 2 bench/multi_gpu.py --short   (CI: fake NVML, no torch)
 
 Needs nvidia-ml-py, and torch with CUDA and NCCL for the all-reduce phase.
+
+Longer than 400 lines: a device run is one command; its phases, the all-reduce worker it
+starts and the report read in the order they run.
 """
 
 from __future__ import annotations

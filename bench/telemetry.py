@@ -10,6 +10,9 @@ under a bf16 matmul load, with the clock-event reasons seen. Prints figures, wri
     python -m testkit.with_fake_nvml 2 bench/telemetry.py --short    (CI: the fake NVML)
 
 Needs torch with CUDA and nvidia-ml-py; not part of the unit tests.
+
+Longer than 400 lines: a device run is one command; its cost, PCIe-accuracy and power
+phases and the report read in the order they run.
 """
 
 from __future__ import annotations

@@ -6,6 +6,9 @@ here, not left to memory. What depends on the GPUs comes from the target
 (glm5svc/data/targets.yaml), what depends on the model from its config.json
 (glm5svc.model_info), how a flag is spelt from the installed sglang's version
 (glm5svc.sglang_flags). Entries that hold only for one target or sglang version say so.
+
+Longer than 400 lines: every flag's rule and reason in one place, in argv order, so that
+one file shows the whole launch.
 """
 
 from __future__ import annotations

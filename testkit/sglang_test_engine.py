@@ -32,6 +32,9 @@ Throughput model (a real engine's knee): each decode step takes
 one token; at most --max-running-requests run, the rest queue. Prefill adds
 prefill_us_per_token * new input tokens to the step. Flags: --step-base-ms (8),
 --step-per-req-ms (0.25), --prefill-us-per-token (2), --stream-interval (1).
+
+Longer than 400 lines: one self-contained file, because the lab and Molecule copy it
+into containers as a single script.
 """
 
 from __future__ import annotations

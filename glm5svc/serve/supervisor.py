@@ -14,6 +14,9 @@ Stopping is sglang's own drain: SIGTERM to the launcher only (sglang 0.5.11's
 until no request is left, then kills its own process tree). A SIGTERM to the whole
 group instead kills the scheduler at once and sglang cuts every request in flight.
 The group is SIGKILLed only after `service.drain_timeout_s`.
+
+Longer than 400 lines: one loop owns the state; its transitions (start, phases, probes,
+watchdog, drain) and the events that drive them are one state machine, read together.
 """
 
 from __future__ import annotations

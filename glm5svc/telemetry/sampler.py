@@ -12,6 +12,9 @@ Locks, always taken in this order (a thread holding one never waits for an earli
   3. _energy_lock  energy counter reads folded in the order taken
   4. _pcie_lock    one PCIe counter read-and-fold at a time, in read order
 The snapshot is replaced whole (one reference assignment), so readers take no lock.
+
+Longer than 400 lines: the two loops, the snapshot fold and the window edges share the
+locks above; split, the lock order would span modules.
 """
 
 from __future__ import annotations

@@ -11,6 +11,9 @@ crash on SM90 (and which do not).
 
 `run()` never raises and never runs past `budget_s`: every wait has a deadline and the
 server's process group is killed on the way out.
+
+Longer than 400 lines: one scenario: the workload, the unpatched and the patched runs
+and their deadlines together.
 """
 
 from __future__ import annotations

@@ -14,6 +14,9 @@ Scenarios:
   load, `glm5svc preflight` with the H200 configuration.
 - nsa: GLM-5's architecture, scaled down, with FP8 KV cache and radix cache
   (lab/gpu/nsa_scenario.py).
+
+Longer than 400 lines: the scenarios of one device run share its deadlines, recording
+and archive helpers; each scenario is one function.
 """
 
 from __future__ import annotations
