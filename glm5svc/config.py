@@ -3,6 +3,9 @@
 Defaults reproduce the reference deployment (8x RTX PRO 6000 Blackwell, SM120), described
 in docs/reference-deployment.md. Unknown keys are errors; every problem is
 reported with its key path, what was wrong and what is allowed.
+
+Longer than 400 lines: the schema is one model per section with its validators, and
+the single definition of every key; split, a key's rules would be spread over files.
 """
 
 from __future__ import annotations
