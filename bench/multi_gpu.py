@@ -28,7 +28,6 @@ import datetime as dt
 import json
 import os
 import platform
-import socket
 import subprocess
 import sys
 import tempfile
@@ -41,6 +40,7 @@ sys.path.insert(0, str(REPO))
 
 from bench.phases import run_phases, write_json  # noqa: E402
 from glm5svc.nvml import field_value, text  # noqa: E402
+from testkit.engine import free_port  # noqa: E402
 
 UINT_MAX = 0xFFFFFFFF  # field-value scopeId meaning "summed over all links"
 NVLINK_FIELDS = {
@@ -297,12 +297,6 @@ def allreduce_worker(args) -> int:
     (control / f"rank{rank}.json").write_text(json.dumps(result))
     dist.destroy_process_group()
     return 0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run_telemetry_once() -> dict:

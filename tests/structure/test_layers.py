@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import grimp
@@ -137,3 +139,12 @@ def test_the_function_import_finder_finds_one(tmp_path):
     module = tmp_path / "m.py"
     module.write_text("import json\n\ndef f():\n    import os\n    from glm5svc import x\n")
     assert function_level_package_imports(module) == ["m.py:5 glm5svc"]
+
+
+def test_the_architecture_document_shows_the_contract_s_layers():
+    contract = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]
+    (layers,) = [c["layers"] for c in contract["contracts"] if c["type"] == "layers"]
+    text = (REPO / "docs" / "architecture.md").read_text()
+    rows = re.findall(r"^\| \d+ \| (.+?) \| .+ \|$", text, re.MULTILINE)
+    shown = [" | ".join(re.findall(r"`([\w.]+)`", row)) for row in rows]
+    assert shown == layers
