@@ -21,6 +21,7 @@ BENCH = REPO / "bench"
 LIBRARIES = {"__init__.py", "phases.py"}  # imported by the scripts, not run
 FAKE_NVML = [sys.executable, "-m", "testkit.with_fake_nvml", "2"]
 SHORT_RUN_TESTS = {
+    "lab_cycles.py": "test_lab_cycles_short",
     "multi_gpu.py": "test_multi_gpu_short",
     "multi_gpu_device.sh": "test_multi_gpu_device_short",
     "overhead.py": "test_overhead_short",
@@ -93,6 +94,19 @@ def test_multi_gpu_device_short(tmp_path):
     assert status["telemetry-bench"] == status["multi-gpu"] == status["topo-m"] == "0"
     assert "nvidia driver" in preflight and "driver 580.159.04" in preflight
     assert json.loads((out / "multi-gpu.json").read_text())["sample_cost"]["gpu_count"] == 2
+
+
+def test_lab_cycles_short(tmp_path):
+    """Its no-root mode: the phase table of a recorded `scripts/lab up` log."""
+    log = tmp_path / "lab-up.log"
+    steps = [("set-up", 0), ("root filesystems", 12), ("boot", 40), ("site.yml", 100),
+             ("check run", 300), ("bench", 350), ("done", 400)]  # fmt: skip
+    log.write_text("".join(f"== [{phase}] step ({at}s)\nother output\n" for phase, at in steps))
+    done = run([sys.executable, "bench/lab_cycles.py", "--parse", str(log)], 60)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    header, row = done.stdout.splitlines()[:2]
+    assert "root filesystems" in header and "site.yml" in header
+    assert row.split()[:4] == ["lab-up.log", "ok", "12s", "28s"] and "6m40s" in row
 
 
 def test_overhead_short():
