@@ -36,6 +36,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import yaml
+
 from lab.gpu import nsa_scenario
 
 REPO = Path(__file__).resolve().parents[2]
@@ -53,8 +55,6 @@ NVLS_OFF = {
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 FIRED_UP = "The server is fired up and ready to roll!"
 ENGINE_PORT, BARE_PORT, LISTEN_PORT = 30000, 30001, 9400
-# Flags only a random-weights test model needs (no checkpoint, no xgrammar wheel, no
-# FlashInfer sampling JIT); the service's own plan supplies the rest.
 # A CPU rehearsal (tests) swaps the engine and bench_serving's interpreter:
 # GPU_LAB_ENGINE="python testkit/sglang_test_engine.py", GPU_LAB_BENCH_PYTHON=<venv python>.
 ENGINE_COMMAND = os.environ.get("GPU_LAB_ENGINE", "").split() or [
@@ -63,14 +63,7 @@ ENGINE_COMMAND = os.environ.get("GPU_LAB_ENGINE", "").split() or [
     "sglang.launch_server",
 ]
 BENCH_PYTHON = os.environ.get("GPU_LAB_BENCH_PYTHON", sys.executable)
-TEST_MODEL_ARGS = [
-    "--load-format",
-    "dummy",
-    "--sampling-backend",
-    "pytorch",
-    "--grammar-backend",
-    "none",
-]
+EXAMPLE_CONFIG = REPO / "glm5svc" / "data" / "examples" / "h200-llama-tiny.yaml"
 
 
 class Deadline:
@@ -371,44 +364,37 @@ def bench_serving(
 def write_h200_config(
     dest: Path, model_dir: Path, results: Path, drain_timeout_s: int = 60
 ) -> Path:
-    template = (REPO / "lab" / "gpu" / "h200.yaml").read_text()
-    text = (
-        template.replace("@MODEL@", str(model_dir))
-        .replace("@PYTHON@", sys.executable)
-        .replace("@RESULTS@", str(results))
-        .replace("@SITE@", str(SITE))
-        .replace("@REPO@", str(REPO))
-        .replace("@DRAIN@", str(drain_timeout_s))
-        .replace(
-            "@COMMAND@", json.dumps(ENGINE_COMMAND) if "GPU_LAB_ENGINE" in os.environ else "null"
-        )
-    )
-    dest.write_text(text)
+    """The shipped H200 example (glm5svc/data/examples/h200-llama-tiny.yaml) with this
+    machine's paths: the lab runs the configuration users are given, not a copy of it."""
+    config = yaml.safe_load(EXAMPLE_CONFIG.read_text())
+    config["model"]["path"] = str(model_dir)
+    server = config["server"]
+    server["python"] = sys.executable
+    server["env"]["PYTHONPATH"] = f"{SITE}:{REPO}"
+    if "GPU_LAB_ENGINE" in os.environ:
+        server["command"] = ENGINE_COMMAND
+    # Two servers share the GPU during the comparison: both get the same share.
+    config.setdefault("tuning", {})["mem_fraction_static"] = 0.35
+    service = config.setdefault("service", {})
+    service.update(results_dir=str(results), drain_timeout_s=drain_timeout_s, probe_interval_s=2)
+    dest.write_text(yaml.safe_dump(config, sort_keys=False))
     return dest
 
 
-def bare_argv(model_dir: Path, port: int) -> list[str]:
-    """The same server the service's plan starts (minus what only the service adds)."""
-    return [
-        *ENGINE_COMMAND,
-        "--model-path",
-        str(model_dir),
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--tp-size",
-        "1",
-        "--attention-backend",
-        "triton",
-        "--mem-fraction-static",
-        "0.35",
-        "--disable-cuda-graph",
-        "--enable-metrics",
-        "--log-level",
-        "info",
-        *TEST_MODEL_ARGS,
-    ]
+def plan_launch(config: Path, env: dict[str, str], port: int) -> tuple[list[str], dict[str, str]]:
+    """The server the service's plan starts (argv and environment), on another port: the
+    bare side of the comparison."""
+    plan = subprocess.run(
+        [sys.executable, "-m", "glm5svc", "--config", str(config), "command", "--json"],
+        env=env, cwd=REPO, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    summary = json.loads(plan.stdout)
+    argv = summary["argv"]
+    argv[argv.index("--port") + 1] = str(port)
+    # server.env values are shown as a placeholder by the plan: take them from the config.
+    launch_env = dict(env, **yaml.safe_load(config.read_text())["server"]["env"])
+    launch_env.update({k: v for k, v in summary["env"].items() if k not in launch_env})
+    return argv, launch_env
 
 
 def stop_gracefully(process: Process, timeout: float) -> dict:
@@ -452,6 +438,12 @@ def scenario_service(out: Path, env: dict[str, str], deadline: Deadline, results
     )
     (recorded / "preflight.txt").write_text(pre.stdout + pre.stderr)
     results["preflight"] = {"exit": pre.returncode, "tail": (pre.stdout + pre.stderr)[-3000:]}
+    if pre.returncode != 0:
+        # Recorded above as a finding; the rest of the scenario still needs a server.
+        settings = yaml.safe_load(config.read_text())
+        settings["service"]["run_preflight"] = False
+        config.write_text(yaml.safe_dump(settings, sort_keys=False))
+        results["preflight"]["serve_without_preflight"] = True
     plan = subprocess.run(
         [sys.executable, "-m", "glm5svc", "--config", str(config), "command", "--explain"],
         env=env,
@@ -466,7 +458,8 @@ def scenario_service(out: Path, env: dict[str, str], deadline: Deadline, results
     serve_env = dict(env, NOTIFY_SOCKET=str(notify.path))
     serve_argv = [sys.executable, "-m", "glm5svc", "--config", str(config), "serve"]
     serve = Process("serve", serve_argv, serve_env, recorded)
-    bare = Process("bare", bare_argv(model, BARE_PORT), env, recorded)
+    bare_argv, bare_env = plan_launch(config, env, BARE_PORT)
+    bare = Process("bare", bare_argv, bare_env, recorded)
     fired_bare = bare.wait_for(FIRED_UP, Deadline(min(300, deadline.left())))
     fired_serve = serve.wait_for(FIRED_UP, Deadline(min(120, deadline.left())))
     ready_deadline = Deadline(min(60, deadline.left()))
@@ -496,25 +489,6 @@ def scenario_service(out: Path, env: dict[str, str], deadline: Deadline, results
     engine = f"http://127.0.0.1:{ENGINE_PORT}"
     bare_url = f"http://127.0.0.1:{BARE_PORT}"
     bench_file = recorded / "bench_serving.jsonl"
-
-    # Supervision cost: the same workload against both, alternating which goes first.
-    ratio_runs = []
-    reps = int(os.environ.get("GPU_LAB_REPS", "4"))
-    for rep in range(reps):
-        for concurrency in (16, 64):
-            order = [("bare", bare_url), ("serve", engine)]
-            if rep % 2:
-                order.reverse()
-            for label, url in order:
-                if deadline.left() < 200:
-                    break
-                figures = bench_serving(
-                    env, url, model, concurrency, concurrency * 8, 256, 128, bench_file, 120
-                )
-                # bench_serving's own "concurrency" (the measured mean) stays in figures
-                ratio_runs.append({**figures, "target": label, "level": concurrency, "rep": rep})
-                log(f"{label} c={concurrency}: {figures.get('total_throughput')}")
-    results["ratio_runs"] = ratio_runs
 
     # Recordings under load: /metrics and /health_generate while bench_serving runs.
     under_load = {}
@@ -547,7 +521,7 @@ def scenario_service(out: Path, env: dict[str, str], deadline: Deadline, results
     results["under_load"] = under_load
 
     # glm5svc bench over a ladder, telemetry per level.
-    if deadline.left() > 220:
+    if deadline.left() > 300:
         ladder = subprocess.run(
             [
                 sys.executable,
@@ -559,7 +533,6 @@ def scenario_service(out: Path, env: dict[str, str], deadline: Deadline, results
                 "--python",
                 BENCH_PYTHON,
                 "--ladder",
-                "8",
                 "16",
                 "32",
                 "64",
@@ -584,6 +557,25 @@ def scenario_service(out: Path, env: dict[str, str], deadline: Deadline, results
             results["ladder"]["summary"] = json.loads(ladder.stdout)
         except json.JSONDecodeError:
             results["ladder"]["tail"] = (ladder.stdout + ladder.stderr)[-3000:]
+
+    # Supervision cost: the same workload against both, alternating which goes first.
+    ratio_runs = []
+    reps = int(os.environ.get("GPU_LAB_REPS", "3"))
+    for rep in range(reps):
+        for concurrency in (16, 64):
+            order = [("bare", bare_url), ("serve", engine)]
+            if rep % 2:
+                order.reverse()
+            for label, url in order:
+                if deadline.left() < 140:  # kept for the drain and kill -9
+                    break
+                figures = bench_serving(
+                    env, url, model, concurrency, concurrency * 16, 256, 128, bench_file, 120
+                )
+                # bench_serving's own "concurrency" (the measured mean) stays in figures
+                ratio_runs.append({**figures, "target": label, "level": concurrency, "rep": rep})
+                log(f"{label} c={concurrency}: {figures.get('total_throughput')}")
+    results["ratio_runs"] = ratio_runs
 
     results["bare_stop"] = stop_gracefully(bare, 60)
 
