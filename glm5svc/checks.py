@@ -27,6 +27,9 @@ class CheckRow:
     # Which machines the row's rule is about: UNIVERSAL, or a target's name for a rule that
     # only that target needs (a row about a different target's rule is not a failure here).
     scope: str = UNIVERSAL
+    # The row fails because this machine has no NVIDIA GPU or kernel driver (a lab, CI):
+    # expected there, a real failure on the target.
+    no_gpu: bool = False
 
 
 @dataclass

@@ -182,14 +182,20 @@ def _rlimit_row(limits: dict[str, tuple[str, str]]) -> CheckRow:
     if set(limits) != {"memlock", "nofile"}:
         return CheckRow("container rlimits", UNKNOWN, "/proc/self/limits unreadable")
     memlock, nofile = limits["memlock"], limits["nofile"]
-    detail = f"memlock {'/'.join(memlock)}, nofile {'/'.join(nofile)} (soft/hard)"
+    detail = f"memlock {'/'.join(memlock)}, nofile {'/'.join(nofile)} (soft/hard, this process)"
     nofile_hard = float("inf") if nofile[1] == "unlimited" else int(nofile[1])
     if memlock[1] != "unlimited" or nofile_hard < WANT_NOFILE:
         fix = (
             "lxc.prlimit.memlock: unlimited and lxc.prlimit.nofile: 1048576 in the container "
             "config (glm5_host_lxc_resources_memlock/_nofile), then restart the container"
         )
-        return CheckRow("container rlimits", WARN, detail + ": the hard limits cap the unit's", fix)
+        return CheckRow(
+            "container rlimits",
+            WARN,
+            detail + ": the container's hard limits cap what glm5.service's LimitMEMLOCK and "
+            "LimitNOFILE can raise",
+            fix,
+        )
     if memlock[0] != "unlimited":
         fix = "run under glm5.service (LimitMEMLOCK=infinity, LimitNOFILE=1048576)"
         return CheckRow("container rlimits", WARN, detail + ": soft memlock is limited", fix)

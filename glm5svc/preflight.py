@@ -56,9 +56,18 @@ class PreflightReport:
         lines = []
         for row in self.rows:
             scope = "" if row.scope == UNIVERSAL else f" [{row.scope}]"
-            lines.append(f"{row.status.upper():7} {row.name:<{width}}  {row.detail}{scope}")
+            marker = " [no GPU here]" if row.no_gpu and row.status == FAIL else ""
+            lines.append(f"{row.status.upper():7} {row.name:<{width}}  {row.detail}{scope}{marker}")
             if row.fix and row.status != OK:
                 lines.append(f"{'':7} {'':<{width}}  fix: {row.fix}")
+        fails = [row for row in self.rows if row.status == FAIL]
+        no_gpu = [row for row in fails if row.no_gpu]
+        if no_gpu:
+            lines.append(
+                f"{len(no_gpu)} of the {len(fails)} fails ([no GPU here]: "
+                f"{', '.join(row.name for row in no_gpu)}) are what a machine without an "
+                "NVIDIA GPU and driver shows (a lab, CI); on the GPU host they must pass"
+            )
         verdict = "FAILED" if self.has_failures else "passed"
         lines.append(f"preflight {verdict}: " + _counts(self.rows))
         return "\n".join(lines)
@@ -111,6 +120,7 @@ def check_driver(ctx: PreflightContext) -> list[CheckRow]:
                 ctx.nvml_error or "NVML unavailable",
                 "install the open NVIDIA driver on the host and the matching user-space "
                 "driver in the container (ansible-playbook site.yml)",
+                no_gpu=True,
             )
         ]
     return [CheckRow("nvidia driver", OK, f"driver {ctx.gpus.driver_version} (NVML)")]
@@ -179,10 +189,15 @@ def check_compute_capability(ctx: PreflightContext) -> list[CheckRow]:
 
 
 def check_gpu_topology(ctx: PreflightContext) -> list[CheckRow]:
-    """Link types (topo -m) and P2P reads (topo -p2p r) per GPU pair, and NCCL's transport."""
+    """Link types (topo -m) and P2P reads (topo -p2p r) per pair of the GPUs the service
+    uses (gpus.visible_devices, else the first gpus.expected_count), and NCCL's transport."""
+    gpus = ctx.config.gpus
+    used = gpus.visible_devices
+    if used is None:
+        used = list(range(gpus.expected_count))
     try:
         topo, p2p = read_topology()
-        return assess(topo, p2p, ctx.config.gpus.nccl_p2p_level, ctx.config.gpus.visible_devices)
+        return assess(topo, p2p, gpus.nccl_p2p_level, used)
     except TopologyError as exc:
         return [CheckRow("gpu topology", UNKNOWN, str(exc))]
 
@@ -209,7 +224,14 @@ def check_uvm_hmm(ctx: PreflightContext, param: Path = UVM_HMM_PARAM) -> list[Ch
         value = param.read_text().strip()
     except OSError:
         return [
-            CheckRow("uvm_disable_hmm", bad, f"{param} missing: nvidia_uvm not loaded", fix, scope)
+            CheckRow(
+                "uvm_disable_hmm",
+                bad,
+                f"{param} missing: nvidia_uvm not loaded",
+                fix,
+                scope,
+                no_gpu=True,
+            )
         ]
     if value in ("Y", "1"):
         return [CheckRow("uvm_disable_hmm", OK, "Y: HMM disabled in nvidia_uvm", scope=scope)]
@@ -236,6 +258,7 @@ def check_uvm_device(ctx: PreflightContext, path: Path = Path("/dev/nvidia-uvm")
             "missing: CUDA cannot initialise",
             "on the host run `nvidia-modprobe -c0 -u` (the nvidia-devices unit does it at "
             "boot) and pass the node into the container",
+            no_gpu=True,
         )
     ]
 
@@ -299,29 +322,78 @@ def list_gpu_processes(source: PynvmlSource | None = None) -> list[tuple[int, in
         source.close()
 
 
+SERVICE_UNIT = "glm5.service"
+
+
 def check_rlimits(ctx: PreflightContext) -> list[CheckRow]:
-    rows = []
-    _soft, nofile = resource.getrlimit(resource.RLIMIT_NOFILE)
+    """The server's RLIMIT_NOFILE and RLIMIT_MEMLOCK hard limits, saying whose they are:
+    this process's under systemd (`glm5svc serve` in the unit: the unit's own), else the
+    unit's LimitNOFILE/LimitMEMLOCK as systemd has them, else this shell's."""
+    if os.environ.get("INVOCATION_ID"):  # systemd sets it for a unit's processes
+        return rlimit_rows(*_process_limits(), "this process, run by systemd")
+    unit = read_unit_limits()
+    if unit is not None:
+        return rlimit_rows(*unit, f"{SERVICE_UNIT}'s settings, from systemctl show")
+    return rlimit_rows(
+        *_process_limits(),
+        f"this shell's: {SERVICE_UNIT} is not installed here, and sets its own",
+    )
+
+
+def _process_limits() -> tuple[int, int]:
+    return (
+        resource.getrlimit(resource.RLIMIT_NOFILE)[1],
+        resource.getrlimit(resource.RLIMIT_MEMLOCK)[1],
+    )
+
+
+def read_unit_limits(run=subprocess.run) -> tuple[int, int] | None:
+    """(LimitNOFILE, LimitMEMLOCK) of the installed unit, hard limits; None without it."""
+    try:
+        out = run(
+            ["systemctl", "show", SERVICE_UNIT, "-p", "LoadState,LimitNOFILE,LimitMEMLOCK"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return parse_unit_limits(out.stdout) if out.returncode == 0 else None
+
+
+def parse_unit_limits(text: str) -> tuple[int, int] | None:
+    values = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+    if values.get("LoadState") != "loaded":
+        return None
+    try:
+        return _systemd_limit(values["LimitNOFILE"]), _systemd_limit(values["LimitMEMLOCK"])
+    except (KeyError, ValueError):
+        return None
+
+
+def _systemd_limit(text: str) -> int:
+    return resource.RLIM_INFINITY if text == "infinity" else int(text)
+
+
+def rlimit_rows(nofile: int, memlock: int, whose: str) -> list[CheckRow]:
     nofile_ok = nofile == resource.RLIM_INFINITY or nofile >= MIN_NOFILE
-    rows.append(
+    memlock_ok = memlock == resource.RLIM_INFINITY
+    return [
         CheckRow(
             "RLIMIT_NOFILE",
             OK if nofile_ok else WARN,
-            f"hard limit {_limit(nofile)} (1024 concurrent streams need >= {MIN_NOFILE})",
-            "" if nofile_ok else "LimitNOFILE=1048576 in glm5.service (the unit sets it)",
-        )
-    )
-    _soft, memlock = resource.getrlimit(resource.RLIMIT_MEMLOCK)
-    memlock_ok = memlock == resource.RLIM_INFINITY
-    rows.append(
+            f"hard limit {_limit(nofile)} ({whose}); 1024 concurrent streams need >= {MIN_NOFILE}",
+            "" if nofile_ok else f"LimitNOFILE=1048576 in {SERVICE_UNIT} (the shipped unit has it)",
+        ),
         CheckRow(
             "RLIMIT_MEMLOCK",
             OK if memlock_ok else WARN,
-            f"hard limit {_limit(memlock)} (NCCL and pinned memory want unlimited)",
-            "" if memlock_ok else "LimitMEMLOCK=infinity in glm5.service (the unit sets it)",
-        )
-    )
-    return rows
+            f"hard limit {_limit(memlock)} ({whose}); NCCL and pinned memory want unlimited",
+            ""
+            if memlock_ok
+            else f"LimitMEMLOCK=infinity in {SERVICE_UNIT} (the shipped unit has it)",
+        ),
+    ]
 
 
 def _limit(value: int) -> str:

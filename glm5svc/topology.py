@@ -188,7 +188,10 @@ def _link_summary(pairs: list[PairReport], links: GpuMatrix, gpus: list[int]) ->
         for g in gpus
         if {"CPU Affinity", "NUMA Affinity"} <= links.extra.get(g, {}).keys()
     )
-    text = f"{len(gpus)} GPUs, {len(pairs)} pairs: " + ", ".join(parts)
+    count = f"{len(gpus)} GPUs"
+    if len(gpus) < len(links.gpus):
+        count = f"{len(gpus)} of {len(links.gpus)} GPUs (those the service uses)"
+    text = f"{count}, {len(pairs)} pairs: " + ", ".join(parts)
     return text + (f"; {affinity}" if affinity else "")
 
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from resource import RLIM_INFINITY
 
 import pytest
 import yaml
 
+import glm5svc.preflight as preflight
 from glm5svc.checks import FAIL, OK, UNKNOWN, WARN, CheckRow, PreflightContext
 from glm5svc.config import Config, config_from_mapping, example_config_path
 from glm5svc.gpus import GpuFacts
@@ -16,11 +18,15 @@ from glm5svc.preflight import (
     check_compute_capability,
     check_cuda_toolkit,
     check_gpu_count,
+    check_rlimits,
     check_uvm_device,
     check_uvm_hmm,
     default_checks,
+    parse_unit_limits,
+    rlimit_rows,
     run_preflight,
 )
+from tests.preflight.test_topology import PCIE8_P2P_NS, PCIE8_TOPO
 
 SM120_X8 = GpuFacts(8, (12, 0), "580.95.05", ["NVIDIA RTX PRO 6000 Blackwell"] * 8, "nvml")
 
@@ -42,6 +48,10 @@ def test_preflight_without_gpu_is_clear_and_fails(tmp_path):
     assert any(line.startswith("FAIL") and "nvidia driver" in line for line in lines)
     assert "fix:" in result.stdout
     assert lines[-1].startswith("preflight FAILED")
+    # The fails a machine without a GPU always has are marked and counted as such.
+    driver = next(line for line in lines if "nvidia driver" in line)
+    assert driver.endswith("[no GPU here]")
+    assert "nvidia driver" in lines[-2] and "are what a machine without an NVIDIA GPU" in lines[-2]
 
 
 def test_preflight_json_lists_every_check():
@@ -194,3 +204,35 @@ def test_preflight_on_an_h200_fails_only_on_what_is_wrong_there(tmp_path):
     assert strict["compute capability"].status == FAIL
     assert strict["model quantization"].status == FAIL
     assert strict["model shards"].status == FAIL
+
+
+def test_rlimit_rows_say_whose_limits_they_are(monkeypatch):
+    monkeypatch.delenv("INVOCATION_ID", raising=False)
+    monkeypatch.setattr(preflight, "read_unit_limits", lambda: (1048576, RLIM_INFINITY))
+    nofile, memlock = check_rlimits(context())
+    assert nofile.status == OK and "(glm5.service's settings, from systemctl show)" in nofile.detail
+    assert memlock.status == OK and memlock.detail.startswith("hard limit unlimited (glm5")
+
+    monkeypatch.setattr(preflight, "read_unit_limits", lambda: None)
+    nofile, _ = check_rlimits(context())
+    assert "this shell's: glm5.service is not installed here" in nofile.detail
+
+    monkeypatch.setenv("INVOCATION_ID", "0123")
+    nofile, _ = check_rlimits(context())
+    assert "(this process, run by systemd)" in nofile.detail
+
+
+def test_unit_limits_come_from_systemctl_show_of_a_loaded_unit():
+    loaded = "LoadState=loaded\nLimitNOFILE=524288\nLimitMEMLOCK=infinity\n"
+    assert parse_unit_limits(loaded) == (524288, RLIM_INFINITY)
+    assert parse_unit_limits("LoadState=not-found\nLimitNOFILE=524288\n") is None
+    low = parse_unit_limits("LoadState=loaded\nLimitNOFILE=1024\nLimitMEMLOCK=8388608\n")
+    rows = rlimit_rows(*low, "test")
+    assert [row.status for row in rows] == [WARN, WARN]
+    assert "LimitNOFILE=1048576 in glm5.service" in rows[0].fix
+
+
+def test_topology_row_covers_the_gpus_the_config_uses(monkeypatch):
+    monkeypatch.setattr(preflight, "read_topology", lambda: (PCIE8_TOPO, PCIE8_P2P_NS))
+    row = preflight.check_gpu_topology(context(mapping={"gpus": {"expected_count": 2}}))[0]
+    assert row.detail.startswith("2 of 8 GPUs (those the service uses), 1 pairs")

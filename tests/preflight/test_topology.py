@@ -156,7 +156,7 @@ def test_ns_in_p2p_matrix_is_reported_with_the_host_fix():
 
 def test_visible_devices_limit_the_pairs_checked():
     found = by_name(assess(PCIE8_TOPO, PCIE8_P2P_NS, "SYS", devices=[0, 1, 2, 3]))
-    assert found["gpu topology"].detail.startswith("4 GPUs, 6 pairs")
+    assert found["gpu topology"].detail.startswith("4 of 8 GPUs (those the service uses), 6 pairs")
     assert found["gpu p2p read"].status == OK
     assert found["nccl transport"].status == OK
     with pytest.raises(TopologyError, match=r"GPUs \[9\]"):
