@@ -25,5 +25,14 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 [ -x .venv/bin/python ] || python3 -m venv .venv
-.venv/bin/python -m pip install -q --disable-pip-version-check -U pip
-.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test,provision]'
+# The editable install follows code changes by itself; pyproject.toml decides what else the
+# venv holds, so pip runs again only when it changed (or the venv is new).
+stamp=$(sha256sum pyproject.toml | cut -d' ' -f1)
+if [ "$(cat .venv/.setup-dev-pyproject 2>/dev/null)" != "$stamp" ]; then
+  .venv/bin/python -m pip install -q --disable-pip-version-check -U pip
+  # setuptools warns on every editable install ("be careful with folders in your working
+  # directory ..."): known here, and noise in a run that went well.
+  PYTHONWARNINGS=ignore::UserWarning \
+    .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test,provision]'
+  echo "$stamp" > .venv/.setup-dev-pyproject
+fi
