@@ -267,6 +267,17 @@ class Config(Section):
             )
         return self
 
+    @model_validator(mode="after")
+    def _quantization_fits_target(self) -> Config:
+        target = get_target(self.gpus.target)
+        if self.tuning.quantization == "modelopt_fp4" and not target.fp4:
+            raise ValueError(
+                f"tuning.quantization: modelopt_fp4 needs FP4 tensor cores, which target "
+                f"{target.name} ({target.sm}) lacks; set tuning.quantization: none and serve "
+                "an unquantized checkpoint, or set gpus.target"
+            )
+        return self
+
 
 def read_api_key(key_file: Path | None) -> str | None:
     """The key in server.api_key_file (None when unset); ConfigError if unreadable or unusable.

@@ -323,12 +323,6 @@ def _tuning_flags(config: Config, plan: LaunchPlan, nsa_fix: bool | None) -> lis
     tuning, target, model = config.tuning, plan.target, plan.model
     entries = []
     quantization = _choose(tuning.quantization, target.quantization, "tuning.quantization", target)
-    if quantization.value == "modelopt_fp4" and not target.fp4:
-        raise ConfigError(
-            f"tuning.quantization: modelopt_fp4 needs FP4 tensor cores, which target "
-            f"{target.name} ({target.sm}) lacks; set tuning.quantization: none and serve an "
-            "unquantized checkpoint, or set gpus.target"
-        )
     if quantization.value == "none":
         plan.notes.append(f"quantization none, no --quantization flag: {quantization.reason}")
     else:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from glm5svc.errors import ConfigError
 
@@ -52,6 +52,12 @@ class Target(_Strict):
     sparse_decode_backend: Choice
     sparse_prefill_backend: Choice
     moe_runner_backend: Choice
+
+    @model_validator(mode="after")
+    def _fp4_only_where_it_runs(self) -> Target:
+        if self.quantization.value == "modelopt_fp4" and not self.fp4:
+            raise ValueError(f"{self.name}: quantization modelopt_fp4 needs fp4: true")
+        return self
 
     @property
     def sm(self) -> str:

@@ -168,10 +168,12 @@ def test_deprecated_flag_is_noted_for_newer_sglang():
     assert any("--disable-cuda-graph is deprecated from sglang 0.5.14" in n for n in plan.notes)
 
 
-def test_fp4_on_a_gpu_without_fp4_is_refused(tmp_path):
-    config = h200_config(model_dir(tmp_path, LLAMA), tuning={"quantization": "modelopt_fp4"})
-    with pytest.raises(ConfigError, match="modelopt_fp4 needs FP4 tensor cores.*sm90"):
-        build_launch_plan(config, gpus=H200_X1)
+def test_fp4_on_a_gpu_without_fp4_is_refused_by_validation(tmp_path):
+    with pytest.raises(ConfigError) as caught:
+        h200_config(model_dir(tmp_path, LLAMA), tuning={"quantization": "modelopt_fp4"})
+    assert "modelopt_fp4 needs FP4 tensor cores, which target sm90 (SM90) lacks" in (
+        caught.value.render()
+    )
 
 
 def test_config_choices_win_over_the_target(tmp_path):
