@@ -10,12 +10,32 @@ from glm5svc.config import load_config
 
 EXIT_NOT_READY = 1
 EXIT_UNREACHABLE = 3  # LSB: "program is not running"
+EXIT_UNKNOWN = 4  # LSB: "program or service status is unknown"
+RESET_HINT = (
+    '  if systemd gave up restarting it ("Start request repeated too quickly"): '
+    "`systemctl reset-failed glm5 && systemctl start glm5`"
+)
+# Fields `render` reads, with the types a glm5svc /status document has.
+DOCUMENT_FIELDS = {
+    "ready": bool,
+    "phase": str,
+    "probes": dict,
+    "diagnosis": list,
+    "previous_run": dict,
+    "benchmark": dict,
+    "plan_warnings": list,
+    "launch_plan": dict,
+    "drain": dict,
+}
 
 
 def register(subparsers):
     parser = subparsers.add_parser(
         "status",
-        help="summarise the running service (exit 0 ready, 1 not ready, 3 unreachable)",
+        help=(
+            "summarise the running service (exit 0 ready, 1 not ready, 3 unreachable, "
+            "4 the answer is not a glm5svc status)"
+        ),
     )
     parser.add_argument("--json", action="store_true", help="print /status as JSON")
     parser.add_argument("--timeout", type=float, default=5.0, metavar="S")
@@ -30,15 +50,37 @@ def run(args) -> int:
     try:
         with urllib.request.urlopen(url, timeout=args.timeout) as response:
             status = json.loads(response.read())
-    except (OSError, ValueError) as exc:
+    except OSError as exc:
         print(f"glm5svc: not reachable at {url}: {exc}")
         print("  is the service running? `systemctl status glm5` / `journalctl -u glm5 -e`")
+        print(RESET_HINT)
         return EXIT_UNREACHABLE
+    except ValueError as exc:
+        print(f"glm5svc: {url} answered something that is not JSON ({exc})")
+        print(f"  is another program listening on service.listen_port {service.listen_port}?")
+        return EXIT_UNKNOWN
+    problem = document_problem(status)
+    if problem:
+        print(f"glm5svc: {url} answered JSON that is not a glm5svc status: {problem}")
+        print(f"  is another program listening on service.listen_port {service.listen_port}?")
+        return EXIT_UNKNOWN
     if args.json:
         print(json.dumps(status, indent=2))
     else:
         print(render(status))
-    return 0 if status.get("ready") else EXIT_NOT_READY
+    return 0 if status["ready"] is True else EXIT_NOT_READY
+
+
+def document_problem(status) -> str | None:
+    """Why `status` is not a /status document glm5svc serve writes (None when it is)."""
+    if not isinstance(status, dict):
+        return f"a {type(status).__name__}, not an object"
+    for name, kind in DOCUMENT_FIELDS.items():
+        value = status.get(name)
+        required = name in ("ready", "phase")
+        if (value is None and required) or (value is not None and not isinstance(value, kind)):
+            return f"'{name}' is {value!r}, expected a {kind.__name__}"
+    return None
 
 
 def render(status: dict) -> str:
@@ -69,9 +111,17 @@ def render(status: dict) -> str:
         lines.append(f"  last probe error: {probes['last_error']}")
     for diagnosis in status.get("diagnosis") or []:
         lines += _diagnosis_lines(diagnosis)
+    drain = status.get("drain")
+    if drain:
+        lines.append(
+            f"  drain: {drain.get('in_flight')} request(s) in flight "
+            f"(at start {drain.get('in_flight_at_start')}), {_duration(drain.get('seconds'))}"
+            + (f", {drain['outcome']}" if drain.get("outcome") else "")
+        )
     previous = status.get("previous_run")
     if previous and previous.get("exit_status"):
         lines.append(f"  previous run: exit {previous['exit_status']}: {previous.get('message')}")
+        lines.append(RESET_HINT)
         for diagnosis in previous.get("diagnosis") or []:
             lines += _diagnosis_lines(diagnosis, indent="    ")
     bench = status.get("benchmark")

@@ -22,6 +22,7 @@ REQUEST_TIMEOUT_S = 2.0
 
 class BoundedHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 128  # listen backlog: a burst of scrapes is accepted, then bounded
 
     def __init__(self, address, handler, max_connections: int = MAX_CONNECTIONS):
         self._slots = threading.BoundedSemaphore(max_connections)
