@@ -51,6 +51,13 @@ GLM5_TINY = {
     "moe_intermediate_size": 256,
     "num_hidden_layers": 4,
     "first_k_dense_replace": 1,
+    # DeepSeek-style MoE keys GLM-5's config.json carries and sglang's DeepseekV2 code
+    # (which GlmMoeDsaForCausalLM reuses) reads directly; transformers' GlmMoeDsaConfig
+    # has no defaults for them.
+    "moe_layer_freq": 1,
+    "topk_method": "noaux_tc",
+    "scoring_func": "sigmoid",
+    "num_nextn_predict_layers": 0,
     "mlp_layer_types": ["dense", "sparse", "sparse", "sparse"],
     "num_attention_heads": 64,
     "num_key_value_heads": 64,
@@ -72,7 +79,7 @@ GLM5_TINY = {
     "hidden_act": "silu",
     "max_position_embeddings": 16384,
     "rms_norm_eps": 1e-5,
-    "rope_theta": 1000000.0,
+    "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0},
     "attention_bias": False,
     "tie_word_embeddings": False,
     "torch_dtype": "bfloat16",
