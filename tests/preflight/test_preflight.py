@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 import glm5svc.preflight as preflight
+import glm5svc.rlimits as rlimits
 from glm5svc.checks import FAIL, OK, UNKNOWN, WARN, CheckRow, PreflightContext
 from glm5svc.config import Config, config_from_mapping, example_config_path
 from glm5svc.gpus import GpuFacts
@@ -18,14 +19,12 @@ from glm5svc.preflight import (
     check_compute_capability,
     check_cuda_toolkit,
     check_gpu_count,
-    check_rlimits,
     check_uvm_device,
     check_uvm_hmm,
     default_checks,
-    parse_unit_limits,
-    rlimit_rows,
     run_preflight,
 )
+from glm5svc.rlimits import check_rlimits, parse_unit_limits, rlimit_rows
 from tests.preflight.test_topology import PCIE8_P2P_NS, PCIE8_TOPO
 
 SM120_X8 = GpuFacts(8, (12, 0), "580.95.05", ["NVIDIA RTX PRO 6000 Blackwell"] * 8, "nvml")
@@ -208,12 +207,12 @@ def test_preflight_on_an_h200_fails_only_on_what_is_wrong_there(tmp_path):
 
 def test_rlimit_rows_say_whose_limits_they_are(monkeypatch):
     monkeypatch.delenv("INVOCATION_ID", raising=False)
-    monkeypatch.setattr(preflight, "read_unit_limits", lambda: (1048576, RLIM_INFINITY))
+    monkeypatch.setattr(rlimits, "read_unit_limits", lambda: (1048576, RLIM_INFINITY))
     nofile, memlock = check_rlimits(context())
     assert nofile.status == OK and "(glm5.service's settings, from systemctl show)" in nofile.detail
     assert memlock.status == OK and memlock.detail.startswith("hard limit unlimited (glm5")
 
-    monkeypatch.setattr(preflight, "read_unit_limits", lambda: None)
+    monkeypatch.setattr(rlimits, "read_unit_limits", lambda: None)
     nofile, _ = check_rlimits(context())
     assert "this shell's: glm5.service is not installed here" in nofile.detail
 

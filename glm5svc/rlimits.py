@@ -1,0 +1,88 @@
+"""Preflight's RLIMIT_NOFILE and RLIMIT_MEMLOCK rows: the server's hard limits, and whose."""
+
+from __future__ import annotations
+
+import os
+import resource
+import subprocess
+
+from glm5svc.checks import OK, WARN, CheckRow, PreflightContext
+
+MIN_NOFILE = 65536  # 1024 concurrent streams plus NCCL and shard files
+
+SERVICE_UNIT = "glm5.service"
+
+
+def check_rlimits(ctx: PreflightContext) -> list[CheckRow]:
+    """The server's RLIMIT_NOFILE and RLIMIT_MEMLOCK hard limits, saying whose they are:
+    this process's under systemd (`glm5svc serve` in the unit: the unit's own), else the
+    unit's LimitNOFILE/LimitMEMLOCK as systemd has them, else this shell's."""
+    if os.environ.get("INVOCATION_ID"):  # systemd sets it for a unit's processes
+        return rlimit_rows(*_process_limits(), "this process, run by systemd")
+    unit = read_unit_limits()
+    if unit is not None:
+        return rlimit_rows(*unit, f"{SERVICE_UNIT}'s settings, from systemctl show")
+    return rlimit_rows(
+        *_process_limits(),
+        f"this shell's: {SERVICE_UNIT} is not installed here, and sets its own",
+    )
+
+
+def _process_limits() -> tuple[int, int]:
+    return (
+        resource.getrlimit(resource.RLIMIT_NOFILE)[1],
+        resource.getrlimit(resource.RLIMIT_MEMLOCK)[1],
+    )
+
+
+def read_unit_limits(run=subprocess.run) -> tuple[int, int] | None:
+    """(LimitNOFILE, LimitMEMLOCK) of the installed unit, hard limits; None without it."""
+    try:
+        out = run(
+            ["systemctl", "show", SERVICE_UNIT, "-p", "LoadState,LimitNOFILE,LimitMEMLOCK"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return parse_unit_limits(out.stdout) if out.returncode == 0 else None
+
+
+def parse_unit_limits(text: str) -> tuple[int, int] | None:
+    values = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+    if values.get("LoadState") != "loaded":
+        return None
+    try:
+        return _systemd_limit(values["LimitNOFILE"]), _systemd_limit(values["LimitMEMLOCK"])
+    except (KeyError, ValueError):
+        return None
+
+
+def _systemd_limit(text: str) -> int:
+    return resource.RLIM_INFINITY if text == "infinity" else int(text)
+
+
+def rlimit_rows(nofile: int, memlock: int, whose: str) -> list[CheckRow]:
+    nofile_ok = nofile == resource.RLIM_INFINITY or nofile >= MIN_NOFILE
+    memlock_ok = memlock == resource.RLIM_INFINITY
+    return [
+        CheckRow(
+            "RLIMIT_NOFILE",
+            OK if nofile_ok else WARN,
+            f"hard limit {_limit(nofile)} ({whose}); 1024 concurrent streams need >= {MIN_NOFILE}",
+            "" if nofile_ok else f"LimitNOFILE=1048576 in {SERVICE_UNIT} (the shipped unit has it)",
+        ),
+        CheckRow(
+            "RLIMIT_MEMLOCK",
+            OK if memlock_ok else WARN,
+            f"hard limit {_limit(memlock)} ({whose}); NCCL and pinned memory want unlimited",
+            ""
+            if memlock_ok
+            else f"LimitMEMLOCK=infinity in {SERVICE_UNIT} (the shipped unit has it)",
+        ),
+    ]
+
+
+def _limit(value: int) -> str:
+    return "unlimited" if value == resource.RLIM_INFINITY else str(value)
