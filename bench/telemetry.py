@@ -39,6 +39,7 @@ from glm5svc.nvml import (  # noqa: E402
     FI_PCIE_REPLAY_COUNTER,
     FI_POWER_INSTANT,
     FI_TOTAL_ENERGY_CONSUMPTION,
+    text,
 )
 from glm5svc.telemetry import PynvmlSource, Sampler  # noqa: E402
 
@@ -337,8 +338,7 @@ def environment(devices) -> dict:
         gpus = []
         for i in range(pynvml.nvmlDeviceGetCount()):
             h = pynvml.nvmlDeviceGetHandleByIndex(i)
-            name = pynvml.nvmlDeviceGetName(h)
-            gpus.append(name.decode() if isinstance(name, bytes) else name)
+            gpus.append(text(pynvml.nvmlDeviceGetName(h)))
         driver = pynvml.nvmlSystemGetDriverVersion()
     finally:
         pynvml.nvmlShutdown()
@@ -347,7 +347,7 @@ def environment(devices) -> dict:
         "gpus": gpus,
         "gpu_name": gpus[0] if gpus else None,
         "gpu_count": len(gpus),
-        "driver": driver.decode() if isinstance(driver, bytes) else driver,
+        "driver": text(driver),
         "nvidia_ml_py": importlib.metadata.version("nvidia-ml-py"),
         "python": platform.python_version(),
         "host": platform.node(),
