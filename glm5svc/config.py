@@ -247,6 +247,33 @@ class BenchmarkSection(Section):
         return value
 
 
+def _http_url(value: str) -> str:
+    if not value.startswith(("http://", "https://")) or len(value.split("//", 1)[1]) == 0:
+        raise ValueError(f"'{value}' is not an http(s):// URL (e.g. http://10.0.0.11:9400)")
+    return value.rstrip("/")
+
+
+class FleetSection(Section):
+    """Where `glm5svc status --fleet` looks: each replica's glm5svc listener (its /status;
+    the replica's service.listen_host must be reachable from here) and the gateway (smg)."""
+
+    replicas: list[str] = Field(default_factory=list)
+    gateway: str | None = None
+
+    @field_validator("replicas")
+    @classmethod
+    def _replica_urls(cls, value: list[str]) -> list[str]:
+        urls = [_http_url(url) for url in value]
+        if len(set(urls)) != len(urls):
+            raise ValueError(f"lists a replica twice: {urls}")
+        return urls
+
+    @field_validator("gateway")
+    @classmethod
+    def _gateway_url(cls, value: str | None) -> str | None:
+        return None if value is None else _http_url(value)
+
+
 class Config(Section):
     model: ModelSection = Field(default_factory=ModelSection)
     server: ServerSection = Field(default_factory=ServerSection)
@@ -255,6 +282,7 @@ class Config(Section):
     service: ServiceSection = Field(default_factory=ServiceSection)
     telemetry: TelemetrySection = Field(default_factory=TelemetrySection)
     benchmark: BenchmarkSection = Field(default_factory=BenchmarkSection)
+    fleet: FleetSection = Field(default_factory=FleetSection)
 
     @model_validator(mode="after")
     def _ports_differ(self) -> Config:

@@ -192,8 +192,24 @@ def _change_cell(row: dict[str, Any] | None) -> str:
     return f"[red]{text}[/red]" if row["regressed"] else text
 
 
+def target_line(target: dict) -> str | None:
+    """Says when the run went through the gateway (provenance "target")."""
+    if target.get("kind") != "gateway":
+        return None
+    workers = ", ".join(w["url"] for w in target.get("workers") or [] if w.get("url"))
+    return (
+        f"Target: the gateway at {target.get('base_url')} "
+        f"({target.get('healthy_workers')} of {target.get('total_workers')} replicas healthy"
+        + (f": {workers})" if workers else ")")
+        + "; figures are the fleet's, not one replica's"
+    )
+
+
 def verdict_lines(summary: BenchSummary) -> list[str]:
     lines = []
+    target = target_line(summary.provenance.get("target") or {})
+    if target:
+        lines.append(target)
     if summary.stopped_reason:
         lines.append(f"Ladder stopped early: {summary.stopped_reason}")
     if summary.telemetry_status != "available":

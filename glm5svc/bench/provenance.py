@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from glm5svc import __version__
+from glm5svc.fleet import fetch_json
 from glm5svc.launch_plan import build_launch_plan
 
 _SGLANG_VERSION = (
@@ -65,8 +66,34 @@ def launch_plan_summary(config: Any) -> Any:
         return {"unavailable": f"{type(exc).__name__}: {exc}"}
 
 
-def collect(python: str, sampler: Any = None, config: Any = None) -> dict[str, Any]:
+def target_facts(base_url: str | None, api_key: str | None = None) -> dict[str, Any]:
+    """What the benchmark talked to: the SGLang gateway (smg answers GET /readiness with
+    healthy_workers/total_workers, and GET /workers with its worker list) or one server."""
+    if not base_url:
+        return {"kind": "unknown"}
+    readiness = fetch_json(base_url.rstrip("/") + "/readiness", timeout=5)
+    doc = readiness.document
+    if not (isinstance(doc, dict) and "healthy_workers" in doc):
+        return {"kind": "server", "base_url": base_url}
+    facts: dict[str, Any] = {
+        "kind": "gateway",
+        "base_url": base_url,
+        "healthy_workers": doc.get("healthy_workers"),
+        "total_workers": doc.get("total_workers"),
+    }
+    workers = fetch_json(base_url.rstrip("/") + "/workers", timeout=5, api_key=api_key).document
+    if isinstance(workers, dict) and isinstance(workers.get("workers"), list):
+        facts["workers"] = [
+            {"url": w.get("url"), "is_healthy": w.get("is_healthy")} for w in workers["workers"]
+        ]
+    return facts
+
+
+def collect(
+    python: str, sampler: Any = None, config: Any = None, plan: Any = None
+) -> dict[str, Any]:
     return {
+        "target": target_facts(getattr(plan, "base_url", None), getattr(plan, "api_key", None)),
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "host": socket.gethostname(),
         "glm5svc_version": __version__,

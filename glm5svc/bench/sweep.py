@@ -101,7 +101,7 @@ def run_benchmark(
     with telemetry_sampler(sampler, config) as (measuring, telemetry_status):
         # Provenance (a subprocess, the launch plan) and the plot's matplotlib import are
         # prepared while the first level runs, not added to the run's wall time.
-        prep = _Background(lambda: _prepare(plan.python, measuring or sampler, config))
+        prep = _Background(lambda: _prepare(plan, measuring or sampler, config))
         levels, stopped = run_ladder(
             plan, run_dir, measuring, on_progress, telemetry_status, should_stop
         )
@@ -152,8 +152,8 @@ def _nothing_measured(reason: str, levels: list, plan: BenchPlan) -> str:
     return reason + "; nothing was measured, so no results were kept"
 
 
-def _prepare(python: str, sampler: Any, config: Any) -> dict[str, Any]:
-    facts = provenance.collect(python, sampler, config)
+def _prepare(plan: BenchPlan, sampler: Any, config: Any) -> dict[str, Any]:
+    facts = provenance.collect(plan.python, sampler, config, plan)
     try:
         import matplotlib
 

@@ -1,4 +1,6 @@
-"""`glm5svc status`: summarise the running service from its /status (exit 0 only when ready)."""
+"""`glm5svc status`: summarise the running service from its /status (exit 0 only when ready);
+`--fleet`: every replica's /status and the gateway's view of them in one table (exit 0 only
+when every replica is ready and the gateway counts all of them healthy)."""
 
 from __future__ import annotations
 
@@ -6,7 +8,9 @@ import json
 import urllib.error
 import urllib.request
 
-from glm5svc.config import load_config
+from glm5svc import fleet
+from glm5svc.config import FleetSection, load_config, read_api_key
+from glm5svc.errors import ConfigError
 
 EXIT_NOT_READY = 1
 EXIT_UNREACHABLE = 3  # LSB: "program is not running"
@@ -39,11 +43,29 @@ def register(subparsers):
     )
     parser.add_argument("--json", action="store_true", help="print /status as JSON")
     parser.add_argument("--timeout", type=float, default=5.0, metavar="S")
+    parser.add_argument(
+        "--fleet",
+        action="store_true",
+        help="every replica and the gateway (config's fleet section, or --replica/--gateway)",
+    )
+    parser.add_argument(
+        "--replica",
+        action="append",
+        metavar="URL",
+        help="a replica's glm5svc listener, e.g. http://10.0.0.11:9400 (repeat; implies --fleet)",
+    )
+    parser.add_argument(
+        "--gateway",
+        metavar="URL",
+        help="the gateway, e.g. http://10.0.0.10:30000 (implies --fleet)",
+    )
     parser.set_defaults(func=run)
     return parser
 
 
 def run(args) -> int:
+    if args.fleet or args.replica or args.gateway:
+        return run_fleet(args)
     service = load_config(args.config).service
     host = "127.0.0.1" if service.listen_host in ("0.0.0.0", "") else service.listen_host
     url = f"http://{host}:{service.listen_port}/status"
@@ -81,6 +103,34 @@ def document_problem(status) -> str | None:
         if (value is None and required) or (value is not None and not isinstance(value, kind)):
             return f"'{name}' is {value!r}, expected a {kind.__name__}"
     return None
+
+
+def run_fleet(args) -> int:
+    config = load_config(args.config)
+    try:
+        listed = FleetSection(
+            replicas=args.replica or list(config.fleet.replicas),
+            gateway=args.gateway or config.fleet.gateway,
+        )
+    except ValueError as exc:
+        raise ConfigError(f"--replica/--gateway: {exc}") from None
+    if not listed.replicas and not listed.gateway:
+        raise ConfigError(
+            "status --fleet: no replicas and no gateway; list them in the config's fleet "
+            "section (fleet.replicas, fleet.gateway) or give --replica URL / --gateway URL"
+        )
+    view = fleet.read_fleet(
+        listed.replicas, listed.gateway, args.timeout, read_api_key(config.server.api_key_file)
+    )
+    if args.json:
+        print(json.dumps(view.to_dict(), indent=2))
+    else:
+        print(fleet.render(view))
+    gateway = view.gateway
+    if listed.gateway and not gateway.get("reachable"):
+        return EXIT_UNREACHABLE
+    all_in = not listed.gateway or all(row.in_gateway == "healthy" for row in view.replicas)
+    return 0 if view.ready_count == len(view.replicas) and all_in else EXIT_NOT_READY
 
 
 def render(status: dict) -> str:
