@@ -1,0 +1,310 @@
+"""Replicas behind the SGLang gateway (smg), measured against the test engine on this machine.
+
+Two replicas, each a real `glm5svc serve` supervising the test engine (as glm5.service does),
+and the pinned smg (roles/glm5_gateway/defaults/main.yml: version, policy, health-check
+settings) run directly here. Figures, with the same sglang 0.5.9 bench_serving:
+
+  direct      one replica's engine, concurrency C
+  gateway-1   the gateway with one replica, concurrency C   (overhead = 1 - gw1/direct)
+  gateway-2   the gateway with two replicas, C and 2C       (scaling = gw2 / gw1)
+  stop        two replicas, 2C; one replica's glm5svc gets SIGTERM mid-run (systemctl stop)
+  kill        two replicas, 2C; one replica's engine gets SIGKILL mid-run
+For stop/kill: failed requests, requests in flight on that replica at the event, and the
+seconds until the gateway counted it unhealthy.
+
+    .venv/bin/python bench/gateway.py [--concurrency 16] [--prompts 256] [--quick]
+
+The test engine's throughput is CPU-bound here: on a small machine the bench client, the
+gateway and both engines share the cores, so the scaling figure says what this machine
+does, not what GPUs would.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from bench.phases import run_phases  # noqa: E402
+from glm5svc.bench.metrics import parse_bench_line  # noqa: E402
+from glm5svc.bench.plan import BenchPlan  # noqa: E402
+from glm5svc.bench.runner import bench_serving_command, bench_serving_env  # noqa: E402
+from tests.bench.conftest import (  # noqa: E402
+    TEST_ENGINE,
+    TOKENIZER_SCRIPT,
+    VENVS,
+    build_bench_serving_venv,
+    free_port,
+)
+
+ROLE_DEFAULTS = yaml.safe_load((REPO / "roles/glm5_gateway/defaults/main.yml").read_text())
+SMG_VERSION = ROLE_DEFAULTS["glm5_gateway_smg_version"]
+LAUNCHER = REPO / "roles/glm5_gateway/files/glm5-gateway-launch.py"
+
+
+def smg_python() -> str:
+    """A venv with the pinned smg under .cache/venvs (built once; pip's cache helps)."""
+    target = VENVS / f"smg-{SMG_VERSION}"
+    python = target / "bin" / "python"
+    if not (target / ".ready").is_file():
+        subprocess.run([sys.executable, "-m", "venv", "--clear", str(target)], check=True)
+        subprocess.run(
+            [str(python), "-m", "pip", "install", "-q", f"smg=={SMG_VERSION}"], check=True
+        )
+        (target / ".ready").write_text(SMG_VERSION)
+    return str(python)
+
+
+def get_json(url: str) -> dict:
+    try:
+        with urllib.request.urlopen(url, timeout=3) as response:
+            return json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return json.loads(exc.read() or b"{}")
+
+
+def wait(predicate, timeout: float, what: str) -> float:
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        try:
+            if predicate():
+                return time.monotonic() - started
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.1)
+    raise TimeoutError(f"{what} within {timeout} s")
+
+
+class Replica:
+    """`glm5svc serve` with the test engine, on its own ports."""
+
+    def __init__(self, work: Path, name: str):
+        self.dir = work / name
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.engine_port, self.listen_port = free_port(), free_port()
+        self.engine_url = f"http://127.0.0.1:{self.engine_port}"
+        self.status_url = f"http://127.0.0.1:{self.listen_port}"
+        self.config = self.dir / "glm5.yaml"
+        command = [sys.executable, str(TEST_ENGINE), "--test-mode", "load=0.2"]
+        self.config.write_text(
+            yaml.safe_dump(
+                {
+                    "model": {"path": str(self.dir), "served_name": "glm-5"},
+                    "server": {"host": "127.0.0.1", "port": self.engine_port, "command": command},
+                    "service": {
+                        "listen_port": self.listen_port,
+                        "run_preflight": False,
+                        "probe_interval_s": 1,
+                        "drain_timeout_s": 30,
+                        "results_dir": str(self.dir / "results"),
+                    },
+                    "telemetry": {"enabled": False},
+                    "benchmark": {"post_start": {"enabled": False}},
+                }
+            )
+        )
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        log = open(self.dir / "serve.log", "ab")  # noqa: SIM115 (the child keeps it)
+        self.proc = subprocess.Popen(
+            [str(Path(sys.executable).parent / "glm5svc"), "--config", str(self.config), "serve"],
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+        wait(lambda: get_json(self.status_url + "/status").get("ready"), 60, f"{self.dir} ready")
+
+    def status(self) -> dict:
+        return get_json(self.status_url + "/status")
+
+    def running_requests(self) -> float:
+        with urllib.request.urlopen(self.engine_url + "/metrics", timeout=3) as response:
+            for line in response.read().decode().splitlines():
+                if line.startswith("sglang:num_running_reqs"):
+                    return float(line.rsplit(" ", 1)[1])
+        return 0.0
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(60)
+
+
+class Gateway:
+    def __init__(self, work: Path, workers: list[str]):
+        self.port, self.metrics_port = free_port(), free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        d = ROLE_DEFAULTS
+        args = [
+            "--host", "127.0.0.1", "--port", str(self.port), "--worker-urls", *workers,
+            "--policy", d["glm5_gateway_policy"],
+            "--health-check-endpoint", d["glm5_gateway_health_check_endpoint"],
+            "--health-check-interval-secs", str(d["glm5_gateway_health_check_interval_s"]),
+            "--health-check-timeout-secs", str(d["glm5_gateway_health_check_timeout_s"]),
+            "--health-failure-threshold", str(d["glm5_gateway_health_failure_threshold"]),
+            "--health-success-threshold", str(d["glm5_gateway_health_success_threshold"]),
+            "--prometheus-host", "127.0.0.1", "--prometheus-port", str(self.metrics_port),
+        ]  # fmt: skip
+        log = open(work / f"smg-{self.port}.log", "ab")  # noqa: SIM115 (the child keeps it)
+        self.proc = subprocess.Popen(
+            [smg_python(), str(LAUNCHER), *args], stdout=log, stderr=subprocess.STDOUT
+        )
+        expected = len(workers)
+        wait(
+            lambda: get_json(self.url + "/readiness").get("healthy_workers") == expected,
+            60, "gateway with every worker healthy",
+        )  # fmt: skip
+
+    def healthy(self) -> int:
+        return get_json(self.url + "/readiness").get("healthy_workers", 0)
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def bench(plan: BenchPlan, base_url: str, concurrency: int, prompts: int, out: Path) -> dict:
+    plan = plan.with_overrides(base_url=base_url)
+    command = bench_serving_command(plan, concurrency, prompts, out)
+    started = time.monotonic()
+    subprocess.run(
+        command, env=bench_serving_env(plan), check=True,
+        stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    metrics = parse_bench_line(out.read_text().strip().splitlines()[-1])
+    return {
+        "concurrency": concurrency,
+        "prompts": prompts,
+        "completed": metrics.completed,
+        "failed": prompts - metrics.completed,
+        "output_tok_s": round(metrics.output_throughput or 0, 1),
+        "request_s": round(metrics.request_throughput or 0, 2),
+        "median_e2e_ms": metrics.latency("e2e_latency"),
+        "median_ttft_ms": metrics.latency("ttft"),
+        "wall_s": round(time.monotonic() - started, 1),
+    }
+
+
+def disrupt(gateway: Gateway, victim: Replica, action: str, after_s: float) -> dict:
+    """At after_s: stop the victim's glm5svc (SIGTERM) or SIGKILL its engine; then time how
+    long until the gateway counts it unhealthy."""
+    time.sleep(after_s)
+    in_flight = victim.running_requests()
+    if action == "stop":
+        victim.proc.send_signal(signal.SIGTERM)
+    else:
+        os.kill(victim.status()["engine_pid"], signal.SIGKILL)
+    event = time.monotonic()
+    reaction = wait(lambda: gateway.healthy() <= 1, 60, "gateway notices")
+    return {"in_flight_on_victim": in_flight, "gateway_unhealthy_after_s": round(reaction, 1),
+            "event_at_s": after_s, "_event_mono": event}  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--prompts", type=int, default=256)
+    parser.add_argument("--input-len", type=int, default=128)
+    parser.add_argument("--output-len", type=int, default=128)
+    parser.add_argument("--quick", action="store_true", help="CI: few prompts, no disruption")
+    parser.add_argument("--out", default="gateway-bench.json")
+    args = parser.parse_args()
+    if args.quick:
+        args.prompts, args.concurrency = 32, 8
+    work = Path(tempfile.mkdtemp(prefix="glm5-gateway-bench-"))
+    python = str(build_bench_serving_venv(VENVS / "sglang-0.5.9-bench"))
+    tokenizer = work / "tokenizer"
+    subprocess.run([python, "-c", TOKENIZER_SCRIPT, str(tokenizer)], check=True)
+    plan = BenchPlan(
+        base_url="http://unset", python=python, tokenizer=str(tokenizer), model="glm-5",
+        ladder=(args.concurrency,), input_len=args.input_len, output_len=args.output_len,
+        num_prompts=args.prompts, warmup_requests=4,
+    )  # fmt: skip
+    c, n = args.concurrency, args.prompts
+    a, b = Replica(work, "replica-a"), Replica(work, "replica-b")
+    a.start()
+    b.start()
+    result: dict = {"smg": SMG_VERSION, "policy": ROLE_DEFAULTS["glm5_gateway_policy"],
+                    "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                    "cpus": os.cpu_count()}  # fmt: skip
+
+    def direct() -> dict:
+        return bench(plan, a.engine_url, c, n, work / "direct.jsonl")
+
+    def gateway_one() -> dict:
+        gw = Gateway(work, [a.engine_url])
+        try:
+            return bench(plan, gw.url, c, n, work / "gw1.jsonl")
+        finally:
+            gw.stop()
+
+    def gateway_two() -> dict:
+        gw = Gateway(work, [a.engine_url, b.engine_url])
+        try:
+            same = bench(plan, gw.url, c, n, work / "gw2.jsonl")
+            double = bench(plan, gw.url, 2 * c, 2 * n, work / "gw2x.jsonl")
+            return {"same_concurrency": same, "double_concurrency": double}
+        finally:
+            gw.stop()
+
+    def disrupted(action: str):
+        def phase() -> dict:
+            if b.proc.poll() is not None:
+                b.start()
+            gw = Gateway(work, [a.engine_url, b.engine_url])
+            try:
+                box: dict = {}
+                thread = threading.Thread(target=lambda: box.update(disrupt(gw, b, action, 4.0)))
+                thread.start()
+                figures = bench(plan, gw.url, 2 * c, 4 * n, work / f"{action}.jsonl")
+                thread.join()
+                box.pop("_event_mono", None)
+                return {**figures, **box}
+            finally:
+                gw.stop()
+                b.stop()
+
+        return phase
+
+    phases = [("direct", direct), ("gateway_1_replica", gateway_one),
+              ("gateway_2_replicas", gateway_two)]  # fmt: skip
+    if not args.quick:
+        phases += [("stop_replica_mid_run", disrupted("stop")),
+                   ("kill_engine_mid_run", disrupted("kill"))]  # fmt: skip
+    try:
+        failed = run_phases(phases, result, Path(args.out))
+    finally:
+        a.stop()
+        b.stop()
+    one = result.get("gateway_1_replica", {}).get("output_tok_s")
+    two = result.get("gateway_2_replicas", {}).get("double_concurrency", {}).get("output_tok_s")
+    same = result.get("gateway_2_replicas", {}).get("same_concurrency", {}).get("output_tok_s")
+    bare = result.get("direct", {}).get("output_tok_s")
+    if one and bare:
+        result["gateway_overhead_pct"] = round(100 * (1 - one / bare), 1)
+    if one and two:
+        result["scaling_2_vs_1_double_concurrency"] = round(two / one, 2)
+    if one and same:
+        result["scaling_2_vs_1_same_concurrency"] = round(same / one, 2)
+    Path(args.out).write_text(json.dumps(result, indent=2))
+    print(json.dumps(result, indent=2))
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
