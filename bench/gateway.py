@@ -12,7 +12,7 @@ settings) run directly here. Figures, with the same sglang 0.5.9 bench_serving:
 For stop/kill: failed requests, requests in flight on that replica at the event, and the
 seconds until the gateway counted it unhealthy.
 
-    .venv/bin/python bench/gateway.py [--concurrency 16] [--prompts 256] [--quick]
+    .venv/bin/python bench/gateway.py [--concurrency 16] [--prompts 256] [--short]
 
 The test engine's throughput is CPU-bound here: on a small machine the bench client, the
 gateway and both engines share the cores, so the scaling figure says what this machine
@@ -39,16 +39,11 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.phases import run_phases  # noqa: E402
-from glm5svc.bench.metrics import parse_bench_line  # noqa: E402
 from glm5svc.bench.plan import BenchPlan  # noqa: E402
 from glm5svc.bench.runner import bench_serving_command, bench_serving_env  # noqa: E402
-from tests.bench.conftest import (  # noqa: E402
-    TEST_ENGINE,
-    TOKENIZER_SCRIPT,
-    VENVS,
-    build_bench_serving_venv,
-    free_port,
-)
+from glm5svc.bench.serving_figures import parse_bench_line  # noqa: E402
+from testkit.bench_venv import VENVS, build_bench_serving_venv, make_tokenizer  # noqa: E402
+from testkit.engine import TEST_ENGINE, free_port  # noqa: E402
 
 ROLE_DEFAULTS = yaml.safe_load((REPO / "roles/glm5_gateway/defaults/main.yml").read_text())
 SMG_VERSION = ROLE_DEFAULTS["glm5_gateway_smg_version"]
@@ -221,15 +216,14 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=256)
     parser.add_argument("--input-len", type=int, default=128)
     parser.add_argument("--output-len", type=int, default=128)
-    parser.add_argument("--quick", action="store_true", help="CI: few prompts, no disruption")
+    parser.add_argument("--short", action="store_true", help="CI: few prompts, no disruption")
     parser.add_argument("--out", default="gateway-bench.json")
     args = parser.parse_args()
-    if args.quick:
+    if args.short:
         args.prompts, args.concurrency = 32, 8
     work = Path(tempfile.mkdtemp(prefix="glm5-gateway-bench-"))
-    python = str(build_bench_serving_venv(VENVS / "sglang-0.5.9-bench"))
-    tokenizer = work / "tokenizer"
-    subprocess.run([python, "-c", TOKENIZER_SCRIPT, str(tokenizer)], check=True)
+    python = str(build_bench_serving_venv())
+    tokenizer = make_tokenizer(python, work / "tokenizer")
     plan = BenchPlan(
         base_url="http://unset", python=python, tokenizer=str(tokenizer), model="glm-5",
         ladder=(args.concurrency,), input_len=args.input_len, output_len=args.output_len,
@@ -283,7 +277,7 @@ def main() -> None:
 
     phases = [("direct", direct), ("gateway_1_replica", gateway_one),
               ("gateway_2_replicas", gateway_two)]  # fmt: skip
-    if not args.quick:
+    if not args.short:
         phases += [("stop_replica_mid_run", disrupted("stop")),
                    ("kill_engine_mid_run", disrupted("kill"))]  # fmt: skip
     try:
