@@ -124,12 +124,16 @@ class Replica:
     def status(self) -> dict:
         return get_json(self.status_url + "/status")
 
-    def running_requests(self) -> float:
+    def engine_metric(self, name: str) -> float:
+        """One sglang:<name> value from the engine's /metrics."""
         with urllib.request.urlopen(self.engine_url + "/metrics", timeout=3) as response:
             for line in response.read().decode().splitlines():
-                if line.startswith("sglang:num_running_reqs"):
+                if line.startswith(f"sglang:{name}{{"):
                     return float(line.rsplit(" ", 1)[1])
         return 0.0
+
+    def running_requests(self) -> float:
+        return self.engine_metric("num_running_reqs")
 
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:
@@ -152,7 +156,8 @@ class Gateway:
             "--health-success-threshold", str(d["glm5_gateway_health_success_threshold"]),
             "--prometheus-host", "127.0.0.1", "--prometheus-port", str(self.metrics_port),
         ]  # fmt: skip
-        log = open(work / f"smg-{self.port}.log", "ab")  # noqa: SIM115 (the child keeps it)
+        self.log_path = work / f"smg-{self.port}.log"
+        log = open(self.log_path, "ab")  # noqa: SIM115 (the child keeps it)
         self.proc = subprocess.Popen(
             [smg_python(), str(LAUNCHER), *args], stdout=log, stderr=subprocess.STDOUT
         )
@@ -161,6 +166,15 @@ class Gateway:
             lambda: get_json(self.url + "/readiness").get("healthy_workers") == expected,
             60, "gateway with every worker healthy",
         )  # fmt: skip
+
+    def refusals(self) -> dict[str, int]:
+        """smg's logged reasons for answering 'No available workers' (503), counted."""
+        counts: dict[str, int] = {}
+        for line in self.log_path.read_text(errors="replace").splitlines():
+            if "No available workers" in line and 'reason="' in line:
+                reason = line.split('reason="', 1)[1].split('"', 1)[0]
+                counts[reason] = counts.get(reason, 0) + 1
+        return counts
 
     def healthy(self) -> int:
         return get_json(self.url + "/readiness").get("healthy_workers", 0)
@@ -196,8 +210,10 @@ def bench(plan: BenchPlan, base_url: str, concurrency: int, prompts: int, out: P
 
 
 def disrupt(gateway: Gateway, victim: Replica, action: str, after_s: float) -> dict:
-    """At after_s: stop the victim's glm5svc (SIGTERM) or SIGKILL its engine; then time how
-    long until the gateway counts it unhealthy."""
+    """after_s after the victim's engine starts running requests of the run: stop the
+    victim's glm5svc (SIGTERM) or SIGKILL its engine; then time how long until the gateway
+    counts it unhealthy."""
+    wait(lambda: victim.running_requests() > 0, 120, "the run reaches the victim")
     time.sleep(after_s)
     in_flight = victim.running_requests()
     if action == "stop":
@@ -207,7 +223,7 @@ def disrupt(gateway: Gateway, victim: Replica, action: str, after_s: float) -> d
     event = time.monotonic()
     reaction = wait(lambda: gateway.healthy() <= 1, 60, "gateway notices")
     return {"in_flight_on_victim": in_flight, "gateway_unhealthy_after_s": round(reaction, 1),
-            "event_at_s": after_s, "_event_mono": event}  # fmt: skip
+            "event_after_first_request_s": after_s, "_event_mono": event}  # fmt: skip
 
 
 def main() -> None:
@@ -216,8 +232,9 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=256)
     parser.add_argument("--input-len", type=int, default=128)
     parser.add_argument("--output-len", type=int, default=128)
-    parser.add_argument("--short", action="store_true", help="CI: few prompts, no disruption")
+    parser.add_argument("--short", action="store_true", help="CI: two replicas, few prompts")
     parser.add_argument("--out", default="gateway-bench.json")
+    parser.add_argument("--only", help="comma-separated phase names to run (default: all)")
     args = parser.parse_args()
     if args.short:
         args.prompts, args.concurrency = 32, 8
@@ -250,9 +267,13 @@ def main() -> None:
     def gateway_two() -> dict:
         gw = Gateway(work, [a.engine_url, b.engine_url])
         try:
+            before = [r.engine_metric("num_requests_total") for r in (a, b)]
             same = bench(plan, gw.url, c, n, work / "gw2.jsonl")
             double = bench(plan, gw.url, 2 * c, 2 * n, work / "gw2x.jsonl")
-            return {"same_concurrency": same, "double_concurrency": double}
+            after = [r.engine_metric("num_requests_total") for r in (a, b)]
+            served = [int(x - y) for x, y in zip(after, before, strict=True)]
+            return {"same_concurrency": same, "double_concurrency": double,
+                    "requests_per_replica": served}  # fmt: skip
         finally:
             gw.stop()
 
@@ -263,12 +284,12 @@ def main() -> None:
             gw = Gateway(work, [a.engine_url, b.engine_url])
             try:
                 box: dict = {}
-                thread = threading.Thread(target=lambda: box.update(disrupt(gw, b, action, 4.0)))
+                thread = threading.Thread(target=lambda: box.update(disrupt(gw, b, action, 5.0)))
                 thread.start()
                 figures = bench(plan, gw.url, 2 * c, 4 * n, work / f"{action}.jsonl")
                 thread.join()
                 box.pop("_event_mono", None)
-                return {**figures, **box}
+                return {**figures, **box, "gateway_refusals": gw.refusals()}
             finally:
                 gw.stop()
                 b.stop()
@@ -276,10 +297,13 @@ def main() -> None:
         return phase
 
     phases = [("direct", direct), ("gateway_1_replica", gateway_one),
-              ("gateway_2_replicas", gateway_two)]  # fmt: skip
-    if not args.short:
-        phases += [("stop_replica_mid_run", disrupted("stop")),
-                   ("kill_engine_mid_run", disrupted("kill"))]  # fmt: skip
+              ("gateway_2_replicas", gateway_two),
+              ("stop_replica_mid_run", disrupted("stop")),
+              ("kill_engine_mid_run", disrupted("kill"))]  # fmt: skip
+    if args.short:  # CI: the gateway really routes to two replicas; no disruption
+        phases = [(name, phase) for name, phase in phases if name == "gateway_2_replicas"]
+    if args.only:
+        phases = [(name, phase) for name, phase in phases if name in args.only.split(",")]
     try:
         failed = run_phases(phases, result, Path(args.out))
     finally:

@@ -21,6 +21,7 @@ BENCH = REPO / "bench"
 LIBRARIES = {"__init__.py", "phases.py"}  # imported by the scripts, not run
 FAKE_NVML = [sys.executable, "-m", "testkit.with_fake_nvml", "2"]
 SHORT_RUN_TESTS = {
+    "gateway.py": "test_gateway_short",
     "lab_cycles.py": "test_lab_cycles_short",
     "multi_gpu.py": "test_multi_gpu_short",
     "multi_gpu_device.sh": "test_multi_gpu_device_short",
@@ -115,6 +116,17 @@ def test_overhead_short():
     assert "bare bench_serving wall s:" in done.stdout
     assert "glm5svc bench      wall s:" in done.stdout
     assert "overhead:" in done.stdout and "% (goal <= 3 %)" in done.stdout
+
+
+def test_gateway_short(tmp_path):
+    """The pinned smg (downloaded into .cache/venvs once) routes the bench to two replicas."""
+    out = tmp_path / "gateway.json"
+    done = run([sys.executable, "bench/gateway.py", "--short", "--out", str(out)], 480)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    figures = json.loads(out.read_text())
+    two = figures["gateway_2_replicas"]
+    assert two["same_concurrency"]["failed"] == 0 and two["double_concurrency"]["failed"] == 0
+    assert min(two["requests_per_replica"]) > 0, two["requests_per_replica"]
 
 
 def test_a_failed_phase_keeps_the_others_figures(tmp_path):
