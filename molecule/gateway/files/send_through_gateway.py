@@ -18,7 +18,10 @@ def engine_requests(url: str) -> float:
 
 
 def send(gateway: str, key: str, index: int) -> int:
-    body = {"text": f"request {index}: " + "word " * (5 + index), "sampling_params": {"max_new_tokens": 4}}
+    body = {
+        "text": f"request {index}: " + "word " * (5 + index),
+        "sampling_params": {"max_new_tokens": 4},
+    }
     request = urllib.request.Request(
         gateway + "/generate",
         data=json.dumps(body).encode(),
