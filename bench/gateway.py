@@ -215,6 +215,8 @@ def disrupt(gateway: Gateway, victim: Replica, action: str, after_s: float) -> d
     counts it unhealthy."""
     wait(lambda: victim.running_requests() > 0, 120, "the run reaches the victim")
     time.sleep(after_s)
+    # Strike while the victim is busy, so the figure covers requests caught in flight.
+    wait(lambda: victim.running_requests() >= 4, 30, "requests in flight on the victim")
     in_flight = victim.running_requests()
     if action == "stop":
         victim.proc.send_signal(signal.SIGTERM)
