@@ -274,6 +274,43 @@ class FleetSection(Section):
         return None if value is None else _http_url(value)
 
 
+class MultinodeSection(Section):
+    """One sglang engine across hosts (sglang's --nnodes/--node-rank/--dist-init-addr): the
+    same config on every host but node_rank. docs/scale-out.md says when and what the network
+    must provide."""
+
+    nnodes: Annotated[int, Field(ge=1, le=64)] = 1
+    node_rank: Annotated[int, Field(ge=0)] = 0
+    dist_init_addr: str | None = None  # rank 0's host:port for torch.distributed's rendezvous
+    nccl_socket_ifname: str | None = None  # NCCL_SOCKET_IFNAME (and GLOO_SOCKET_IFNAME)
+
+    @field_validator("dist_init_addr")
+    @classmethod
+    def _host_port(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        host, _, port = value.rpartition(":")
+        if not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+            raise ValueError(
+                f"'{value}' is not host:port (rank 0's address and a free port, e.g. "
+                "10.0.0.11:20000)"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> MultinodeSection:
+        if self.node_rank >= self.nnodes:
+            raise ValueError(
+                f"node_rank {self.node_rank} must be below nnodes {self.nnodes} (ranks 0..N-1)"
+            )
+        if self.nnodes > 1 and not self.dist_init_addr:
+            raise ValueError(
+                f"nnodes {self.nnodes} needs dist_init_addr: rank 0's host:port, the same "
+                "on every node (e.g. 10.0.0.11:20000)"
+            )
+        return self
+
+
 class Config(Section):
     model: ModelSection = Field(default_factory=ModelSection)
     server: ServerSection = Field(default_factory=ServerSection)
@@ -283,6 +320,7 @@ class Config(Section):
     telemetry: TelemetrySection = Field(default_factory=TelemetrySection)
     benchmark: BenchmarkSection = Field(default_factory=BenchmarkSection)
     fleet: FleetSection = Field(default_factory=FleetSection)
+    multinode: MultinodeSection = Field(default_factory=MultinodeSection)
 
     @model_validator(mode="after")
     def _ports_differ(self) -> Config:

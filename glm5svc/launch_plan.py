@@ -22,6 +22,7 @@ from glm5svc.config import Config, exposure_warning, read_api_key, secrets_file_
 from glm5svc.errors import ConfigError
 from glm5svc.gpus import GpuFacts, detect_gpus, parse_compute_capability
 from glm5svc.model_info import ModelFacts, read_model_facts
+from glm5svc.multinode import multinode_notes, multinode_rows, tensor_parallel_size
 from glm5svc.patches import SglangNotFound, locate_sglang, nsa_fix_in_place
 from glm5svc.profiles import SglangVersion, StackProfile, load_profile, sglang_version
 from glm5svc.sglang_flags import (
@@ -189,6 +190,8 @@ def build_launch_plan(
     plan.entries += _environment(config, gpus, profile)
     plan.entries += _server_flags(config, gpus, plan)
     plan.entries += _tuning_flags(config, plan, nsa_fix_in_place)
+    plan.entries += [PlanEntry(*row) for row in multinode_rows(config)]
+    plan.notes += multinode_notes(config)
     _add_api_key(config, plan)
     if warning := exposure_warning(config):
         plan.warnings.append(warning)
@@ -269,12 +272,13 @@ def _environment(config: Config, gpus: GpuFacts, profile: StackProfile) -> list[
 
 
 def _server_flags(config: Config, gpus: GpuFacts, plan: LaunchPlan) -> list[PlanEntry]:
-    tp_size = len(config.gpus.visible_devices or []) or config.gpus.expected_count
-    if gpus.source == "nvml" and gpus.count < tp_size:
+    gpus_here = len(config.gpus.visible_devices or []) or config.gpus.expected_count
+    if gpus.source == "nvml" and gpus.count < gpus_here:
         plan.warnings.append(
-            f"tensor parallel size {tp_size} needs {tp_size} GPUs but NVML sees {gpus.count}; "
-            "fix gpus.expected_count / gpus.visible_devices or the GPU passthrough"
+            f"tensor parallel size {gpus_here} needs {gpus_here} GPUs but NVML sees "
+            f"{gpus.count}; fix gpus.expected_count / gpus.visible_devices or the GPU passthrough"
         )
+    tp_size, tp_reason = tensor_parallel_size(config, gpus_here)
     entries = [
         _flag("--model-path", config.model.path, f"model.path: {plan.model.architecture}"),
         _flag("--served-model-name", config.model.served_name, "model.served_name"),
@@ -302,7 +306,7 @@ def _server_flags(config: Config, gpus: GpuFacts, plan: LaunchPlan) -> list[Plan
         _flag(
             "--tp-size",
             tp_size,
-            "tensor parallel size = GPUs used (the full name: --tp is only an argparse "
+            f"{tp_reason} (the full name: --tp is only an argparse "
             "abbreviation and breaks when a new flag starts with --tp)",
         ),
         _flag("--log-level", config.server.log_level, "server.log_level"),
