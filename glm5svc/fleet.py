@@ -135,12 +135,26 @@ def join(rows: list[ReplicaRow], gateway: dict[str, Any]) -> list[dict[str, Any]
     by_url = {_normal(w["url"]): w for w in workers if w.get("url")}
     for row in rows:
         worker = by_url.pop(_normal(row.engine_url), None) if row.engine_url else None
-        if worker is None:
-            row.in_gateway = "not registered"
-        else:
-            row.in_gateway = "healthy" if worker.get("is_healthy") else "unhealthy"
-            row.load = worker.get("load")
+        _mark(row, worker)
+    # A replica whose /status did not answer has no engine port: its worker is the one
+    # left on its host, when there is exactly one.
+    for row in rows:
+        if row.engine_url is None:
+            host = urlsplit(row.status_url).hostname
+            same_host = [key for key in by_url if key.rsplit(":", 1)[0] == host]
+            if len(same_host) == 1:
+                worker = by_url.pop(same_host[0])
+                row.engine_url = worker["url"]
+                _mark(row, worker)
     return list(by_url.values())
+
+
+def _mark(row: ReplicaRow, worker: dict[str, Any] | None) -> None:
+    if worker is None:
+        row.in_gateway = "not registered"
+    else:
+        row.in_gateway = "healthy" if worker.get("is_healthy") else "unhealthy"
+        row.load = worker.get("load")
 
 
 def read_fleet(

@@ -122,6 +122,22 @@ def test_worker_list_needs_the_key(fleet, capsys):
     assert code == 1
 
 
+def test_an_unreachable_replica_is_matched_by_its_host(fleet, capsys):
+    """Its /status does not answer (no engine port): the one worker left on its host is it."""
+    fleet["b"].routes["/status"] = (503, "down")
+    main(["--config", str(fleet["config"]), "status", "--fleet", "--json"])
+    rows = json.loads(capsys.readouterr().out)["replicas"]
+    assert rows[0]["in_gateway"] == "healthy"
+    # two workers (30002 and 30009) are left on 127.0.0.1: no guess
+    assert (rows[1]["reachable"], rows[1]["in_gateway"]) == (False, "not registered")
+    workers = fleet["gateway"].routes["/workers"][1]["workers"]
+    del workers[2]
+    main(["--config", str(fleet["config"]), "status", "--fleet", "--json"])
+    rows = json.loads(capsys.readouterr().out)["replicas"]
+    assert rows[1]["in_gateway"] == "unhealthy"
+    assert rows[1]["engine_url"] == "http://127.0.0.1:30002"
+
+
 def test_flags_replace_the_config_and_unreachable_gateway_exits_3(fleet, capsys):
     code = main(
         [
