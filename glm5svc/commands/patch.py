@@ -32,6 +32,7 @@ from glm5svc.patches.engine import (
     refuse_unknown,
     revert_patch,
 )
+from glm5svc.patches.files import PatchWriteError
 from glm5svc.patches.install import locate_sglang
 from glm5svc.patches.report import PatchReport, patch_report
 from glm5svc.patches.spec import load_patches
@@ -134,6 +135,11 @@ def _change(args, report: PatchReport, step) -> int:
         report.results = done + report.results[len(done) :]
         _emit(args, report, error=exc.render())
         return exc.exit_status
+    except OSError as exc:  # any other write or read failure: the same contract, exit 4
+        report.results = done + report.results[len(done) :]
+        error = PatchWriteError(f"{getattr(exc, 'filename', None) or 'a patch file'}: {exc}")
+        _emit(args, report, error=error.render())
+        return error.exit_status
     report.results = done
     _emit(args, report)
     return 0

@@ -7,6 +7,7 @@ is never half-patched. Apply and revert are idempotent; every write is atomic.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 from dataclasses import dataclass
 from enum import StrEnum
@@ -182,11 +183,12 @@ def apply_patch(result: PatchResult, install: SglangInstall) -> PatchResult:
     check_compiles(new_text, path, install.python)
     patched = new_text.encode("utf-8")
     backup = Backup(path, result.patch.id)
-    backup.save(original, patched, variant=result.variant.id, sglang_version=install.version)
     try:
+        backup.save(original, patched, variant=result.variant.id, sglang_version=install.version)
         write_atomic(path, patched)
-    except OSError as exc:
-        backup.remove()
+    except OSError as exc:  # a read-only site-packages fails here, before anything changed
+        with contextlib.suppress(OSError):
+            backup.remove()
         raise PatchWriteError(f"{path}: could not write the patched file: {exc}") from None
     except BaseException:
         backup.remove()

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import subprocess
 import sys
 import venv
+from pathlib import Path
 
 import pytest
 
 from glm5svc.cli import main
+from glm5svc.patches import engine as engine_module
+from glm5svc.patches import files as files_module
 
 from .conftest import snapshot
 
@@ -64,7 +68,7 @@ def test_unknown_source_exits_3_and_writes_nothing(make_site, capsys):
     runner.write_text(
         runner.read_text().replace('# "flashinfer_cutlass",', '# "flashinfer_cutlas",')
     )
-    before = snapshot(site)
+    before = snapshot(Path(site))
     code, data = run_json(capsys, "apply", "--site-packages", str(site))
     assert code == 3 and data["ok"] is False and data["changed"] is False
     assert "refusing" in data["error"] and "0.5.12.post1" in data["error"]
@@ -130,3 +134,23 @@ def test_python_target_and_real_entry_point(make_site, tmp_path):
     )
     assert proc.returncode == 0
     assert json.loads(proc.stdout)["radix_cache_safe"] is True
+
+
+def test_apply_on_a_read_only_site_packages_is_exit_4_and_one_json_object(
+    make_site, capsys, monkeypatch
+):
+    """Root ignores file modes, so the read-only file system is simulated at the writer."""
+    site = str(make_site("0.5.10.post1"))
+    before = snapshot(Path(site))
+
+    def read_only(path, data, mode=None):
+        raise OSError(errno.EROFS, "Read-only file system", str(path))
+
+    monkeypatch.setattr(files_module, "write_atomic", read_only)
+    monkeypatch.setattr(engine_module, "write_atomic", read_only)
+    code, out = run_cli(capsys, "apply", "--site-packages", site, "--json")
+    data = json.loads(out)  # exactly one JSON object on stdout
+    assert code == 4
+    assert data["ok"] is False and data["changed"] is False
+    assert "Read-only file system" in data["error"]
+    assert snapshot(Path(site)) == before  # nothing half-written (no backup left either)
