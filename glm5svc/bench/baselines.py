@@ -8,6 +8,7 @@ made of its completed levels.
 from __future__ import annotations
 
 import json
+import math
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -63,7 +64,7 @@ def baseline_from_summary(summary: BenchSummary, source: str) -> dict[str, Any]:
         if not level.ok or level.metrics is None:
             continue
         figures = {k: getattr(level.metrics, k) for k, _ in COMPARED_METRICS}
-        levels[str(level.concurrency)] = {k: v for k, v in figures.items() if v is not None}
+        levels[str(level.concurrency)] = {k: v for k, v in figures.items() if usable_figure(v)}
     return {
         "name": f"run {summary.run_id}",
         "source": source,
@@ -73,9 +74,21 @@ def baseline_from_summary(summary: BenchSummary, source: str) -> dict[str, Any]:
     }
 
 
+def usable_figure(value: Any) -> bool:
+    """A figure to compare with: a finite positive number (NaN would pass every check)."""
+    return type(value) in (int, float) and math.isfinite(value) and value > 0
+
+
 def _from_data(data: Any, source: str) -> dict[str, Any]:
     if isinstance(data, dict) and data.get("schema") == SUMMARY_SCHEMA:
-        return baseline_from_summary(BenchSummary.from_dict(data), source)
+        try:
+            return baseline_from_summary(BenchSummary.from_dict(data), source)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            what = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
+            raise ConfigError(
+                f"{source}: a glm5svc bench summary with a missing or mistyped field "
+                f"({type(exc).__name__}: {what}); compare runs written by glm5svc bench"
+            ) from None
     if not isinstance(data, dict) or not isinstance(data.get("levels"), dict):
         raise ConfigError(f"baseline {source}: expected a bench summary or a baseline file")
     problems = []
@@ -85,8 +98,26 @@ def _from_data(data: Any, source: str) -> dict[str, Any]:
             continue
         for metric, _ in COMPARED_METRICS:
             value = figures.get(metric)
-            if value is not None and (not isinstance(value, int | float) or value <= 0):
-                problems.append(f"levels.{key}.{metric}: must be a positive number (got {value!r})")
+            if value is not None and not usable_figure(value):
+                problems.append(
+                    f"levels.{key}.{metric}: must be a finite positive number (got {value!r})"
+                )
     if problems:
         raise ConfigError(f"baseline {source}: not valid", problems=problems)
     return {**data, "name": data.get("name") or Path(source).stem, "source": source}
+
+
+WORKLOAD_FIELDS = ("input_len", "output_len")
+
+
+def workload_difference(current: dict[str, Any], baseline: dict[str, Any]) -> str | None:
+    """How the two runs' workloads differ (input/output lengths), when both recorded them."""
+    plans = (current.get("plan") or {}, baseline.get("plan") or {})
+    if not all(isinstance(plan, dict) for plan in plans):
+        return None
+    differing = [
+        f"{field} {plans[0][field]} vs {plans[1][field]}"
+        for field in WORKLOAD_FIELDS
+        if field in plans[0] and field in plans[1] and plans[0][field] != plans[1][field]
+    ]
+    return ", ".join(differing) or None

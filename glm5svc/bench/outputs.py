@@ -70,6 +70,9 @@ def levels_csv(levels: list[LevelResult]) -> str:
     return buffer.getvalue()
 
 
+RESULT_FILE_MODE = 0o640
+
+
 def write_results(summary: BenchSummary, run_dir: Path) -> dict[str, Path]:
     """summary.json, levels.csv and plot.png in run_dir (raw lines are written as levels end)."""
     files = {
@@ -77,9 +80,10 @@ def write_results(summary: BenchSummary, run_dir: Path) -> dict[str, Path]:
         "csv": run_dir / CSV_FILE,
         "plot": run_dir / PLOT_FILE,
     }
-    write_atomic(files["csv"], levels_csv(summary.levels).encode())
-    write_atomic(files["plot"], plot_png(summary))
-    write_atomic(files["summary"], summary_json(summary).encode())
+    # Not world-readable: the plan and provenance describe the deployment.
+    write_atomic(files["csv"], levels_csv(summary.levels).encode(), mode=RESULT_FILE_MODE)
+    write_atomic(files["plot"], plot_png(summary), mode=RESULT_FILE_MODE)
+    write_atomic(files["summary"], summary_json(summary).encode(), mode=RESULT_FILE_MODE)
     return files
 
 

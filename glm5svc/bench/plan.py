@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from glm5svc.config import read_api_key
 from glm5svc.errors import ConfigError
+
+# A level's default time limit, from its workload, for slow but working servers: bench_serving
+# itself waits up to 6 hours per request (aiohttp ClientTimeout(total=6 * 60 * 60)), so a
+# server that stops generating would hold the run that long. Per round of requests (one
+# request per concurrency slot): a floor, prefill at >= 500 tokens/s, decode at >= 2
+# tokens/s per stream; plus the start (imports, tokenizer) of bench_serving.
+LEVEL_START_S = 300.0
+REQUEST_FLOOR_S = 30.0
+PREFILL_S_PER_TOKEN = 0.002
+DECODE_S_PER_TOKEN = 0.5
 
 
 @dataclass(frozen=True)
@@ -31,6 +42,20 @@ class BenchPlan:
             return self.num_prompts
         return max(self.min_prompts, self.prompts_per_concurrency * concurrency)
 
+    def timeout_for(self, concurrency: int) -> float:
+        """--level-timeout, else a bound derived from the level's workload (see above)."""
+        if self.level_timeout_s is not None:
+            return self.level_timeout_s
+        rounds = math.ceil(self.prompts_for(concurrency) / concurrency) + math.ceil(
+            self.warmup_requests / concurrency
+        )
+        per_request = (
+            REQUEST_FLOOR_S
+            + self.input_len * PREFILL_S_PER_TOKEN
+            + self.output_len * DECODE_S_PER_TOKEN
+        )
+        return LEVEL_START_S + rounds * per_request
+
     def with_overrides(self, **overrides: Any) -> BenchPlan:
         given = {k: v for k, v in overrides.items() if v is not None}
         if "ladder" in given:
@@ -50,6 +75,9 @@ class BenchPlan:
                 problems.append(f"{name}: must be at least 1 (got {getattr(self, name)})")
         if self.num_prompts is not None and self.num_prompts < 1:
             problems.append(f"num_prompts: must be at least 1 (got {self.num_prompts})")
+        timeout = self.level_timeout_s
+        if timeout is not None and not (math.isfinite(timeout) and 0 < timeout <= 30 * 86400):
+            problems.append(f"level_timeout_s: must be 0 < seconds <= 30 days (got {timeout})")
         if problems:
             raise ConfigError("the benchmark plan is not valid", problems=problems)
 
@@ -59,6 +87,7 @@ class BenchPlan:
         data["api_key"] = "(set)" if self.api_key else None
         data["ladder"] = list(self.ladder)
         data["prompts"] = {str(c): self.prompts_for(c) for c in self.ladder}
+        data["level_timeouts_s"] = {str(c): round(self.timeout_for(c)) for c in self.ladder}
         return data
 
 

@@ -24,6 +24,7 @@ from glm5svc.bench.plan import BenchPlan
 from glm5svc.bench.power import WindowSampler, level_telemetry, unavailable
 from glm5svc.bench.results import LevelResult
 from glm5svc.bench.serving_figures import BenchLineError, last_result_line, parse_bench_line
+from glm5svc.parent_death import die_with_parent
 
 # Printed by bench_serving 0.3 .. 0.5.x (matched by content, as the wording around varies).
 MEASURED_RUN_STARTS = "Starting main benchmark run"
@@ -31,6 +32,14 @@ MEASURED_RUN_ENDS = "Serving Benchmark Result"
 MEASURED_RUN_DELAY_S = 1.0  # bench_serving's time.sleep(1.0) after the start marker
 RAW_LINES_FILE = "bench_serving.jsonl"
 HEALTH_TIMEOUT_S = 30.0
+
+
+class BenchTerminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP to `glm5svc bench`: stop like ^C, ending bench_serving's group."""
+
+
+def raise_terminated(signum, frame) -> None:
+    raise BenchTerminated(signal.Signals(signum).name)
 
 
 @dataclass(frozen=True)
@@ -115,12 +124,14 @@ def run_level(
             errors="replace",
             env=bench_serving_env(plan),
             start_new_session=True,  # so a timeout or ^C ends bench_serving's whole group
+            preexec_fn=die_with_parent(signal.SIGTERM),  # and it never outlives us
         )
     except OSError as exc:
         windows.abandon()
         return _failed(concurrency, requested, started, f"cannot run {plan.python}: {exc}"), None
     timed_out = threading.Event()
-    timer = _start_timer(proc, plan.level_timeout_s, timed_out)
+    level_timeout = plan.timeout_for(concurrency)
+    timer = _start_timer(proc, level_timeout, timed_out)
     tail: list[str] = []
     try:
         with open(log_path, "w", encoding="utf-8") as log:
@@ -149,7 +160,10 @@ def run_level(
         except BenchLineError as exc:
             error = f"bench_serving wrote an unreadable result: {exc}"
     if timed_out.is_set():
-        error = f"bench_serving did not finish within {plan.level_timeout_s:.0f} s and was stopped"
+        error = (
+            f"bench_serving did not finish within {level_timeout:.0f} s and was stopped "
+            "(--level-timeout; the default comes from the level's workload)"
+        )
     elif returncode != 0:
         error = f"bench_serving exited with status {returncode}: {_last_error_line(tail)}"
     elif metrics is None and error is None:
@@ -218,8 +232,9 @@ def run_ladder(
             level, raw_line = run_level(
                 plan, concurrency, run_dir, sampler, measuring, no_telemetry_reason
             )
-        except KeyboardInterrupt:
-            reason = f"interrupted during concurrency {concurrency}"
+        except KeyboardInterrupt as exc:
+            how = f" by {exc}" if isinstance(exc, BenchTerminated) else ""
+            reason = f"interrupted{how} during concurrency {concurrency}"
             emit(BenchEvent("stopped", concurrency, index, total, reason))
             return levels, reason
         if raw_line is not None:

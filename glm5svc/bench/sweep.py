@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import shutil
 import threading
 from collections.abc import Callable, Iterator
@@ -18,6 +19,7 @@ from glm5svc.bench.plan import BenchPlan
 from glm5svc.bench.results import BenchSummary
 from glm5svc.bench.runner import ProgressCallback, run_ladder
 from glm5svc.bench.verdicts import all_verdicts
+from glm5svc.errors import Glm5Error
 from glm5svc.telemetry import Sampler
 
 
@@ -41,6 +43,10 @@ class Judgement:
         )
 
 
+RUN_DIR_MODE = 0o750
+WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EFBIG, errno.EACCES}
+
+
 def new_run_dir(results_root: Path, kind: str) -> Path:
     """results_root/bench/<UTC timestamp>-<kind>, made unique."""
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
@@ -49,9 +55,15 @@ def new_run_dir(results_root: Path, kind: str) -> Path:
         candidate = base / (f"{stamp}-{kind}" + (f"-{n}" if n else ""))
         try:
             candidate.mkdir(parents=True)
-            return candidate
         except FileExistsError:
             continue
+        except OSError as exc:
+            raise Glm5Error(
+                f"cannot make the run directory {candidate}: {exc.strerror or exc}; "
+                "free space there or choose another with --results-dir"
+            ) from None
+        candidate.chmod(RUN_DIR_MODE)  # results are not for other users (plans, logs)
+        return candidate
     raise RuntimeError(f"cannot make a new run directory under {base}")
 
 
@@ -97,6 +109,27 @@ def run_benchmark(
     made_here = run_dir is None
     run_dir = Path(run_dir) if run_dir else new_run_dir(results_root, kind)
     run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        return _measure_and_write(
+            plan, run_dir, made_here, kind, judgement, baseline, sampler, config, on_progress,
+            should_stop,
+        )  # fmt: skip
+    except OSError as exc:  # a full or failing disk: say where, and keep no half-written run
+        if exc.errno not in WRITE_ERRNOS:
+            raise
+        if made_here:
+            shutil.rmtree(run_dir, ignore_errors=True)
+        where = exc.filename or run_dir
+        raise Glm5Error(
+            f"cannot write the benchmark results: {where}: {exc.strerror or exc}; "
+            f"nothing was kept{' (removed ' + str(run_dir) + ')' if made_here else ''}. "
+            "Free space there or choose another place with --results-dir"
+        ) from None
+
+
+def _measure_and_write(
+    plan, run_dir, made_here, kind, judgement, baseline, sampler, config, on_progress, should_stop
+) -> BenchSummary:
     started = datetime.now(UTC).isoformat(timespec="seconds")
     with telemetry_sampler(sampler, config) as (measuring, telemetry_status):
         # Provenance (a subprocess, the launch plan) and the plot's matplotlib import are

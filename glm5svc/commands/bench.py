@@ -8,6 +8,7 @@ failed); 3 a regression against the baseline with --fail-on-regression; 78 bad c
 from __future__ import annotations
 
 import json
+import signal
 import sys
 from pathlib import Path
 
@@ -56,9 +57,19 @@ def register(subparsers):
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     parser.set_defaults(func=run)
     sub = parser.add_subparsers(dest="bench_action", metavar="ACTION")
-    compare = sub.add_parser("compare", help="compare run A with run or baseline B")
-    compare.add_argument("a", help="run directory, summary.json or shipped baseline name")
-    compare.add_argument("b", help="run directory, summary.json or shipped baseline name")
+    compare = sub.add_parser(
+        "compare",
+        help="compare run A with the baseline B (A is judged against B)",
+        description=(
+            "Compare A (the run to judge) with B (the baseline): each figure's change is "
+            "A / B - 1; a drop beyond --threshold percent is a regression. Warns when the "
+            "two runs' input/output lengths differ."
+        ),
+    )
+    compare.add_argument(
+        "a", help="A, the run to judge: run directory, summary.json or shipped baseline name"
+    )
+    compare.add_argument("b", help="B, the baseline (change = A / B - 1): same kinds as A")
     compare.add_argument("--threshold", type=float, help="regression threshold in percent")
     compare.add_argument("--fail-on-regression", action="store_true")
     compare.add_argument("--json", action="store_true")
@@ -82,6 +93,7 @@ def _missing(path: Path) -> bool:
 
 def run(args) -> int:
     from glm5svc.bench import Judgement, plan_from_config, run_benchmark
+    from glm5svc.bench.runner import raise_terminated
 
     config = _config(args)
     try:
@@ -104,6 +116,8 @@ def run(args) -> int:
     baseline = args.baseline
     judgement = Judgement.from_config(config, baseline="" if baseline == "none" else baseline)
     results_root = Path(args.results_dir) if args.results_dir else config.service.results_dir
+    for sig in (signal.SIGTERM, signal.SIGHUP):  # end bench_serving too, as ^C does
+        signal.signal(sig, raise_terminated)
     with _Progress(enabled=not args.json) as progress:
         summary = run_benchmark(
             plan, results_root, judgement, config=config, on_progress=progress.update
@@ -170,7 +184,7 @@ class _Progress:
 
 
 def run_compare(args) -> int:
-    from glm5svc.bench.baselines import load_baseline
+    from glm5svc.bench.baselines import load_baseline, usable_figure, workload_difference
     from glm5svc.bench.verdicts import compare_figures
 
     current = load_baseline(args.a)
@@ -178,9 +192,17 @@ def run_compare(args) -> int:
     threshold = args.threshold
     if threshold is None:
         threshold = _config(args).benchmark.regression_threshold_pct
-    figures = {c: _numbers(f) for c, f in current["levels"].items()}
+    figures = {
+        c: {k: v for k, v in f.items() if usable_figure(v)} for c, f in current["levels"].items()
+    }
     comparison = compare_figures(figures, baseline, threshold)
     comparison["current"] = current.get("name")
+    comparison["workloads_differ"] = workload_difference(current, baseline)
+    if comparison["workloads_differ"]:
+        comparison["text"] = (
+            f"WARNING: the workloads differ ({comparison['workloads_differ']}): this is not "
+            f"a like-for-like comparison. {comparison['text']}"
+        )
     if args.json:
         print(json.dumps(comparison, indent=2))
     else:
@@ -188,10 +210,6 @@ def run_compare(args) -> int:
     if args.fail_on_regression and comparison["regressed"]:
         return EXIT_REGRESSION
     return 0
-
-
-def _numbers(figures: dict) -> dict:
-    return {k: v for k, v in figures.items() if type(v) in (int, float)}
 
 
 def _print_comparison(comparison: dict) -> None:

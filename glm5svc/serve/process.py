@@ -10,7 +10,6 @@ forked exits, so `start()` must run on the main thread.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import subprocess
@@ -18,9 +17,7 @@ import threading
 import time
 from pathlib import Path
 
-PR_SET_PDEATHSIG = 1
-PR_SET_CHILD_SUBREAPER = 36
-_LIBC = ctypes.CDLL(None, use_errno=True)
+from glm5svc.parent_death import LIBC, PR_SET_CHILD_SUBREAPER, die_with_parent
 
 
 def become_subreaper() -> bool:
@@ -30,20 +27,9 @@ def become_subreaper() -> bool:
     and their zombies would make the group look alive forever.
     """
     try:
-        return _LIBC.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+        return LIBC.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
     except (OSError, AttributeError):
         return False
-
-
-def _die_with(parent_pid: int):
-    """preexec_fn: SIGKILL this child when its parent dies (also if it already has)."""
-
-    def set_death_signal() -> None:
-        _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != parent_pid:  # the parent died before prctl took effect
-            os._exit(137)
-
-    return set_death_signal
 
 
 class EngineProcess:
@@ -68,7 +54,7 @@ class EngineProcess:
             stderr=subprocess.STDOUT,
             process_group=0,
             close_fds=True,
-            preexec_fn=_die_with(os.getpid()),
+            preexec_fn=die_with_parent(signal.SIGKILL),
         )
         return self.popen.pid
 
