@@ -32,6 +32,7 @@ from glm5svc.nvml import NvmlUnavailable, PynvmlSource
 from glm5svc.patches.preflight import check_stack_and_patches
 from glm5svc.profiles import load_profile
 from glm5svc.rlimits import check_rlimits
+from glm5svc.service_checks import check_exposure, check_ports
 from glm5svc.targets import get_target, known_targets, load_targets
 from glm5svc.topology import TopologyError, assess, read_topology
 
@@ -107,6 +108,8 @@ def default_checks() -> list[Check]:
         check_rlimits,
         check_container_resources,
         check_disk,
+        check_ports,
+        check_exposure,
     ]
 
 

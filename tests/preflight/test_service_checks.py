@@ -1,0 +1,56 @@
+"""Preflight rows for the engine and listener ports, and an engine open without a key."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+from glm5svc.checks import FAIL, OK, WARN, PreflightContext
+from glm5svc.config import config_from_mapping
+from glm5svc.preflight import default_checks
+from glm5svc.service_checks import check_exposure, check_ports
+from testkit.engine import free_port
+
+
+def context(mapping):
+    return PreflightContext(config_from_mapping(mapping), None, "no NVML here")
+
+
+def ports(engine: int, listener: int) -> dict:
+    return {"server": {"port": engine}, "service": {"listen_port": listener}}
+
+
+def test_a_taken_engine_port_fails_naming_who_holds_it_and_the_fix():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        rows = check_ports(
+            context({"server": {"port": port}, "service": {"listen_port": free_port()}})
+        )
+    engine, listener = rows
+    assert engine.status == FAIL
+    assert f"port {port} is already in use by pid {os.getpid()}" in engine.detail
+    assert "server.port" in engine.fix and "systemctl stop glm5" in engine.fix
+    assert listener.status == OK
+
+
+def test_free_ports_pass():
+    rows = check_ports(
+        context({"server": {"port": free_port()}, "service": {"listen_port": free_port()}})
+    )
+    assert [row.status for row in rows] == [OK, OK]
+
+
+def test_an_engine_open_beyond_loopback_without_a_key_is_said_loudly(tmp_path):
+    open_engine = check_exposure(context({"server": {"host": "0.0.0.0"}}))[0]
+    assert open_engine.status == WARN and "with no API key" in open_engine.detail
+    assert check_exposure(context({"server": {"host": "127.0.0.1"}}))[0].status == OK
+    key = tmp_path / "key"
+    key.write_text("k3y-for-tests")
+    keyed = check_exposure(context({"server": {"host": "0.0.0.0", "api_key_file": str(key)}}))
+    assert keyed[0].status == OK
+
+
+def test_preflight_runs_both():
+    assert {check_ports, check_exposure} <= set(default_checks())
