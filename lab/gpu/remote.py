@@ -371,8 +371,9 @@ def write_h200_config(
     server = config["server"]
     server["python"] = sys.executable
     server["env"]["PYTHONPATH"] = f"{SITE}:{REPO}"
-    if "GPU_LAB_ENGINE" in os.environ:
+    if "GPU_LAB_ENGINE" in os.environ:  # a CPU rehearsal: no GPU, no sglang to check
         server["command"] = ENGINE_COMMAND
+        config.setdefault("service", {})["run_preflight"] = False
     # Two servers share the GPU during the comparison: both get the same share.
     config.setdefault("tuning", {})["mem_fraction_static"] = 0.35
     service = config.setdefault("service", {})
@@ -750,6 +751,107 @@ def _read(path: Path) -> str:
         return ""
 
 
+def generate(engine_url: str, input_ids: list[int], max_new_tokens: int, timeout: float) -> dict:
+    """One /generate request; what came back (status, tokens) or why not."""
+    sampling = {"max_new_tokens": max_new_tokens, "ignore_eos": True, "temperature": 0}
+    body = json.dumps({"input_ids": input_ids, "sampling_params": sampling}).encode()
+    request = urllib.request.Request(
+        f"{engine_url}/generate", data=body, headers={"Content-Type": "application/json"}
+    )
+    t0 = time.monotonic()
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as reply:
+            meta = json.loads(reply.read()).get("meta_info", {})
+            return {"status": reply.status, "tokens": meta.get("completion_tokens", 0),
+                    "seconds": time.monotonic() - t0}  # fmt: skip
+    except urllib.error.HTTPError as err:
+        return {"status": err.code, "tokens": 0, "seconds": time.monotonic() - t0}
+    except (OSError, ValueError) as err:
+        return {"status": 0, "error": str(err)[:120], "tokens": 0, "seconds": time.monotonic() - t0}
+
+
+def scenario_drain(out: Path, env: dict[str, str], deadline: Deadline, results: dict) -> None:
+    """`glm5svc serve` stopped with 64 requests in flight (sglang's own gauge says so), plus
+    requests sent after the stop: what completes, what fails, how long, what is left."""
+    model = MODELS / "llama-tiny"
+    config = write_h200_config(out / "h200.yaml", model, out / "results", drain_timeout_s=60)
+    recorded = out / "recorded"
+    recorded.mkdir(exist_ok=True)
+    notify = NotifySocket(out / "notify-drain.sock")
+    argv = [sys.executable, "-m", "glm5svc", "--config", str(config), "serve"]
+    serve = Process("serve-drain", argv, dict(env, NOTIFY_SOCKET=str(notify.path)), recorded)
+    wait = Deadline(max(10, deadline.left() - 60))
+    while notify.first("READY=1") is None and not wait.expired() and serve.proc.poll() is None:
+        time.sleep(0.1)
+    results["ready_s"] = notify.first("READY=1") and round(
+        notify.first("READY=1") - serve.started, 1
+    )
+    fired = serve.first_time(FIRED_UP)
+    results["ready_after_fired_up_s"] = (
+        round(notify.first("READY=1") - fired, 3) if fired and notify.first("READY=1") else None
+    )
+    if results["ready_s"] is None:
+        serve.kill_group()
+        serve.finish(timeout=5)
+        results["error"] = "serve did not become ready"
+        return
+    engine = f"http://127.0.0.1:{ENGINE_PORT}"
+    in_flight, late = 64, 8
+    output_len = int(os.environ.get("GPU_LAB_DRAIN_TOKENS", "2000"))
+    replies: list[dict] = []
+    late_replies: list[dict] = []
+    lock = threading.Lock()
+
+    def one(index: int, sink: list[dict]) -> None:
+        ids = [(index * 7919 + k * 104729) % 2000 + 4 for k in range(256)]
+        reply = generate(engine, ids, output_len, timeout=120)
+        with lock:
+            sink.append(reply)
+
+    workers = [threading.Thread(target=one, args=(i, replies)) for i in range(in_flight)]
+    for worker in workers:
+        worker.start()
+    waiting = Deadline(30)
+    while (running := running_requests(engine)) < in_flight - 4 and not waiting.expired():
+        time.sleep(0.1)
+    results["running_at_stop"] = running
+    t_stop = time.monotonic()
+    serve.signal_leader(signal.SIGTERM)
+    time.sleep(0.3)
+    results["readyz_0_3s_after_stop"] = http_get(
+        f"http://127.0.0.1:{LISTEN_PORT}/readyz", timeout=2
+    )[0]
+    late_workers = [
+        threading.Thread(target=one, args=(1000 + i, late_replies)) for i in range(late)
+    ]
+    for worker in late_workers:
+        worker.start()
+    try:
+        results["serve_exit"] = serve.proc.wait(timeout=min(120, max(5, deadline.left() - 15)))
+    except subprocess.TimeoutExpired:
+        results["serve_exit"] = "timeout"
+        serve.kill_group()
+    results["stop_seconds"] = round(time.monotonic() - t_stop, 2)
+    for worker in workers + late_workers:
+        worker.join(timeout=10)
+    time.sleep(1)
+    results["processes_left"] = processes_left(serve)
+    serve.finish(timeout=5)
+    full = [r for r in replies if r["status"] == 200 and r["tokens"] == output_len]
+    results["in_flight"] = {
+        "sent": in_flight, "completed_in_full": len(full), "failed": in_flight - len(full),
+        "statuses": sorted({str(r["status"]) for r in replies}),
+        "max_seconds": round(max((r["seconds"] for r in replies), default=0), 2),
+    }  # fmt: skip
+    results["sent_after_stop"] = {
+        "sent": late, "statuses": [r["status"] for r in late_replies],
+        "errors": sorted({r.get("error", "") for r in late_replies} - {""})[:3],
+    }  # fmt: skip
+    results["drain_log"] = [line for _, line in serve.lines if "glm5svc:" in line][-8:]
+    shown = ("running_at_stop", "in_flight", "stop_seconds", "processes_left")
+    log(f"drain: {json.dumps({key: results[key] for key in shown})}")
+
+
 def scenario_nsa(out: Path, env: dict[str, str], deadline: Deadline, results: dict) -> None:
     results["nsa"] = nsa_scenario.run(
         python=sys.executable,
@@ -761,7 +863,7 @@ def scenario_nsa(out: Path, env: dict[str, str], deadline: Deadline, results: di
     )
 
 
-SCENARIOS = {"service": scenario_service, "nsa": scenario_nsa}
+SCENARIOS = {"service": scenario_service, "drain": scenario_drain, "nsa": scenario_nsa}
 
 
 def main() -> None:
