@@ -66,13 +66,13 @@ def parse_up_log(text: str) -> UpRun:
         if marks and seconds < marks[-1][1]:
             raise LogError(f"step line goes back in time ({seconds}s after {marks[-1][1]}s)")
         if not marks or marks[-1][0] != phase:
+            if any(seen == phase for seen, _ in marks):
+                raise LogError(f"phase '{phase}' appears twice, apart")
             marks.append((phase, seconds))
     if not marks:
         raise LogError("no step lines ('== [<phase>] ... (<n>s)'): not a `scripts/lab up` log")
     run = UpRun(finished=marks[-1][0] == "done")
     for (phase, start), (_next, end) in zip(marks, marks[1:], strict=False):
-        if phase in run.phases:
-            raise LogError(f"phase '{phase}' appears twice, apart")
         run.phases[phase] = end - start
     if not run.finished:
         run.last_phase = marks[-1][0]
