@@ -100,11 +100,13 @@ def _read_v1(cgroup: Path) -> CgroupLimits:
     return CgroupLimits(1, cpu_quota, parse_cpulist(cpus) if cpus else None, memory_max)
 
 
-def read_proc_limits(proc_root: Path = Path("/proc")) -> dict[str, tuple[str, str]]:
-    """{"memlock": (soft, hard), "nofile": (soft, hard)} from /proc/self/limits."""
+def read_proc_limits(
+    proc_root: Path = Path("/proc"), pid: str = "self"
+) -> dict[str, tuple[str, str]]:
+    """{"memlock": (soft, hard), "nofile": (soft, hard)} from /proc/<pid>/limits."""
     names = {"Max locked memory": "memlock", "Max open files": "nofile"}
     found = {}
-    for line in (_read(proc_root / "self" / "limits") or "").splitlines():
+    for line in (_read(proc_root / pid / "limits") or "").splitlines():
         for label, key in names.items():
             if line.startswith(label):
                 fields = line[len(label) :].split()

@@ -5,8 +5,10 @@ from __future__ import annotations
 import os
 import resource
 import subprocess
+from pathlib import Path
 
 from glm5svc.checks import OK, WARN, CheckRow, PreflightContext
+from glm5svc.container_resources import read_proc_limits
 
 MIN_NOFILE = 65536  # 1024 concurrent streams plus NCCL and shard files
 
@@ -15,13 +17,13 @@ SERVICE_UNIT = "glm5.service"
 
 def check_rlimits(ctx: PreflightContext) -> list[CheckRow]:
     """The server's RLIMIT_NOFILE and RLIMIT_MEMLOCK hard limits, saying whose they are:
-    this process's under systemd (`glm5svc serve` in the unit: the unit's own), else the
-    unit's LimitNOFILE/LimitMEMLOCK as systemd has them, else this shell's."""
+    this process's under systemd (`glm5svc serve` in the unit: the unit's own), else what
+    the running unit got, else the unit's settings, else this shell's."""
     if os.environ.get("INVOCATION_ID"):  # systemd sets it for a unit's processes
         return rlimit_rows(*_process_limits(), "this process, run by systemd")
     unit = read_unit_limits()
     if unit is not None:
-        return rlimit_rows(*unit, f"{SERVICE_UNIT}'s settings, from systemctl show")
+        return rlimit_rows(*unit)
     return rlimit_rows(
         *_process_limits(),
         f"this shell's: {SERVICE_UNIT} is not installed here, and sets its own",
@@ -35,32 +37,50 @@ def _process_limits() -> tuple[int, int]:
     )
 
 
-def read_unit_limits(run=subprocess.run) -> tuple[int, int] | None:
-    """(LimitNOFILE, LimitMEMLOCK) of the installed unit, hard limits; None without it."""
+def read_unit_limits(
+    run=subprocess.run, proc_root: Path = Path("/proc")
+) -> tuple[int, int, str] | None:
+    """(nofile, memlock, whose) hard limits of the installed unit; None without it."""
     try:
         out = run(
-            ["systemctl", "show", SERVICE_UNIT, "-p", "LoadState,LimitNOFILE,LimitMEMLOCK"],
+            ["systemctl", "show", SERVICE_UNIT, "-p", "LoadState,MainPID,LimitNOFILE,LimitMEMLOCK"],
             capture_output=True,
             text=True,
             timeout=10,
         )
     except (OSError, subprocess.TimeoutExpired):
         return None
-    return parse_unit_limits(out.stdout) if out.returncode == 0 else None
+    return unit_limits(out.stdout, proc_root) if out.returncode == 0 else None
 
 
-def parse_unit_limits(text: str) -> tuple[int, int] | None:
+def unit_limits(text: str, proc_root: Path = Path("/proc")) -> tuple[int, int, str] | None:
+    """The running unit's limits from /proc/<MainPID>/limits (what it really got: a
+    container's hard limits may cap the unit's settings), else the unit's settings."""
     values = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
     if values.get("LoadState") != "loaded":
         return None
+    pid = values.get("MainPID", "0")
+    if pid.isdigit() and pid != "0":
+        running = read_proc_limits(proc_root, pid)
+        if {"nofile", "memlock"} <= running.keys():
+            return (
+                _systemd_limit(running["nofile"][1]),
+                _systemd_limit(running["memlock"][1]),
+                f"the running {SERVICE_UNIT}, /proc/{pid}/limits",
+            )
     try:
-        return _systemd_limit(values["LimitNOFILE"]), _systemd_limit(values["LimitMEMLOCK"])
+        return (
+            _systemd_limit(values["LimitNOFILE"]),
+            _systemd_limit(values["LimitMEMLOCK"]),
+            f"{SERVICE_UNIT}'s settings (it is not running), from systemctl show",
+        )
     except (KeyError, ValueError):
         return None
 
 
 def _systemd_limit(text: str) -> int:
-    return resource.RLIM_INFINITY if text == "infinity" else int(text)
+    """A limit as systemd ("infinity") or /proc/<pid>/limits ("unlimited") writes it."""
+    return resource.RLIM_INFINITY if text in ("infinity", "unlimited") else int(text)
 
 
 def rlimit_rows(nofile: int, memlock: int, whose: str) -> list[CheckRow]:
@@ -71,7 +91,10 @@ def rlimit_rows(nofile: int, memlock: int, whose: str) -> list[CheckRow]:
             "RLIMIT_NOFILE",
             OK if nofile_ok else WARN,
             f"hard limit {_limit(nofile)} ({whose}); 1024 concurrent streams need >= {MIN_NOFILE}",
-            "" if nofile_ok else f"LimitNOFILE=1048576 in {SERVICE_UNIT} (the shipped unit has it)",
+            ""
+            if nofile_ok
+            else f"LimitNOFILE=1048576 in {SERVICE_UNIT} (the shipped unit has it); in a "
+            "container its hard limit caps that: lxc.prlimit.nofile (container rlimits row)",
         ),
         CheckRow(
             "RLIMIT_MEMLOCK",
@@ -79,7 +102,8 @@ def rlimit_rows(nofile: int, memlock: int, whose: str) -> list[CheckRow]:
             f"hard limit {_limit(memlock)} ({whose}); NCCL and pinned memory want unlimited",
             ""
             if memlock_ok
-            else f"LimitMEMLOCK=infinity in {SERVICE_UNIT} (the shipped unit has it)",
+            else f"LimitMEMLOCK=infinity in {SERVICE_UNIT} (the shipped unit has it); in a "
+            "container its hard limit caps that: lxc.prlimit.memlock (container rlimits row)",
         ),
     ]
 

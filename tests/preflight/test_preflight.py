@@ -24,7 +24,7 @@ from glm5svc.preflight import (
     default_checks,
     run_preflight,
 )
-from glm5svc.rlimits import check_rlimits, parse_unit_limits, rlimit_rows
+from glm5svc.rlimits import check_rlimits, rlimit_rows, unit_limits
 from tests.preflight.test_topology import PCIE8_P2P_NS, PCIE8_TOPO
 
 SM120_X8 = GpuFacts(8, (12, 0), "580.95.05", ["NVIDIA RTX PRO 6000 Blackwell"] * 8, "nvml")
@@ -207,10 +207,11 @@ def test_preflight_on_an_h200_fails_only_on_what_is_wrong_there(tmp_path):
 
 def test_rlimit_rows_say_whose_limits_they_are(monkeypatch):
     monkeypatch.delenv("INVOCATION_ID", raising=False)
-    monkeypatch.setattr(rlimits, "read_unit_limits", lambda: (1048576, RLIM_INFINITY))
+    unit = (1048576, RLIM_INFINITY, "the running glm5.service, /proc/7/limits")
+    monkeypatch.setattr(rlimits, "read_unit_limits", lambda: unit)
     nofile, memlock = check_rlimits(context())
-    assert nofile.status == OK and "(glm5.service's settings, from systemctl show)" in nofile.detail
-    assert memlock.status == OK and memlock.detail.startswith("hard limit unlimited (glm5")
+    assert nofile.status == OK and "(the running glm5.service, /proc/7/limits)" in nofile.detail
+    assert memlock.status == OK and memlock.detail.startswith("hard limit unlimited (the running")
 
     monkeypatch.setattr(rlimits, "read_unit_limits", lambda: None)
     nofile, _ = check_rlimits(context())
@@ -221,14 +222,27 @@ def test_rlimit_rows_say_whose_limits_they_are(monkeypatch):
     assert "(this process, run by systemd)" in nofile.detail
 
 
-def test_unit_limits_come_from_systemctl_show_of_a_loaded_unit():
-    loaded = "LoadState=loaded\nLimitNOFILE=524288\nLimitMEMLOCK=infinity\n"
-    assert parse_unit_limits(loaded) == (524288, RLIM_INFINITY)
-    assert parse_unit_limits("LoadState=not-found\nLimitNOFILE=524288\n") is None
-    low = parse_unit_limits("LoadState=loaded\nLimitNOFILE=1024\nLimitMEMLOCK=8388608\n")
-    rows = rlimit_rows(*low, "test")
+def test_unit_limits_are_what_the_running_unit_got(tmp_path):
+    (tmp_path / "42").mkdir()
+    (tmp_path / "42" / "limits").write_text(
+        "Limit                     Soft Limit           Hard Limit           Units\n"
+        "Max open files            20000                20000                files\n"
+        "Max locked memory         8388608              8388608              bytes\n"
+    )
+    show = "LoadState=loaded\nMainPID={}\nLimitNOFILE=1048576\nLimitMEMLOCK=infinity\n"
+    got = unit_limits(show.format(42), tmp_path)
+    assert got == (20000, 8388608, "the running glm5.service, /proc/42/limits")
+    rows = rlimit_rows(*got)
     assert [row.status for row in rows] == [WARN, WARN]
     assert "LimitNOFILE=1048576 in glm5.service" in rows[0].fix
+    assert "lxc.prlimit.nofile" in rows[0].fix
+    settings = unit_limits(show.format(0), tmp_path)
+    assert settings == (
+        1048576,
+        RLIM_INFINITY,
+        "glm5.service's settings (it is not running), from systemctl show",
+    )
+    assert unit_limits("LoadState=not-found\nMainPID=0\n", tmp_path) is None
 
 
 def test_topology_row_covers_the_gpus_the_config_uses(monkeypatch):
