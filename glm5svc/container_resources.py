@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from glm5svc.checks import OK, UNKNOWN, WARN, CheckRow, PreflightContext
+from glm5svc.proc_limits import read_proc_limits
 
 MIN_CPUS_PER_GPU = 2  # a busy-polling TP rank each, plus tokenizer/detokenizer/JIT
 MIN_MEMORY_BYTES = 64 * 2**30  # 8 ranks' CUDA contexts and host buffers; reference had 256 GiB
@@ -98,21 +99,6 @@ def _read_v1(cgroup: Path) -> CgroupLimits:
     # v1 writes "no limit" as a huge page-aligned number.
     memory_max = int(memory) if memory and int(memory) < 2**62 else None
     return CgroupLimits(1, cpu_quota, parse_cpulist(cpus) if cpus else None, memory_max)
-
-
-def read_proc_limits(
-    proc_root: Path = Path("/proc"), pid: str = "self"
-) -> dict[str, tuple[str, str]]:
-    """{"memlock": (soft, hard), "nofile": (soft, hard)} from /proc/<pid>/limits."""
-    names = {"Max locked memory": "memlock", "Max open files": "nofile"}
-    found = {}
-    for line in (_read(proc_root / pid / "limits") or "").splitlines():
-        for label, key in names.items():
-            if line.startswith(label):
-                fields = line[len(label) :].split()
-                if len(fields) >= 2:
-                    found[key] = (fields[0], fields[1])
-    return found
 
 
 def gpu_numa_nodes(sys_root: Path = Path("/sys")) -> dict[int, list[int]]:

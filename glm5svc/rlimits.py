@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 from glm5svc.checks import OK, WARN, CheckRow, PreflightContext
-from glm5svc.container_resources import read_proc_limits
+from glm5svc.proc_limits import read_proc_limits
 
 MIN_NOFILE = 65536  # 1024 concurrent streams plus NCCL and shard files
 

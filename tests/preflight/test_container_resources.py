@@ -10,9 +10,9 @@ from glm5svc.container_resources import (
     check_container_resources,
     gpu_numa_nodes,
     read_cgroup_limits,
-    read_proc_limits,
 )
 from glm5svc.preflight import default_checks
+from glm5svc.proc_limits import read_proc_limits
 
 NODE0, NODE1 = "0-31,64-95", "32-63,96-127"
 LIMITS_GOOD = """Limit                     Soft Limit           Hard Limit           Units
