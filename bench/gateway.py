@@ -9,8 +9,9 @@ settings) run directly here. Figures, with the same sglang 0.5.9 bench_serving:
   gateway-2   the gateway with two replicas, C and 2C       (scaling = gw2 / gw1)
   stop        two replicas, 2C; one replica's glm5svc gets SIGTERM mid-run (systemctl stop)
   kill        two replicas, 2C; one replica's engine gets SIGKILL mid-run
-For stop/kill: failed requests, requests in flight on that replica at the event, and the
-seconds until the gateway counted it unhealthy.
+For stop/kill: failed requests, streams cut short (fewer tokens than asked; bench_serving
+counts those as completed), requests in flight on that replica at the event, and the seconds
+until the gateway counted it unhealthy.
 
     .venv/bin/python bench/gateway.py [--concurrency 16] [--prompts 256] [--short]
 
@@ -189,14 +190,19 @@ class Gateway:
 
 def bench(plan: BenchPlan, base_url: str, concurrency: int, prompts: int, out: Path) -> dict:
     plan = plan.with_overrides(base_url=base_url)
-    command = bench_serving_command(plan, concurrency, prompts, out)
+    # --output-details: per-request output lengths, so a stream cut short shows (bench_serving
+    # counts a stream that ends early without an error as completed).
+    command = bench_serving_command(plan, concurrency, prompts, out) + ["--output-details"]
     started = time.monotonic()
     subprocess.run(
         command, env=bench_serving_env(plan), check=True,
         stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
     )  # fmt: skip
-    metrics = parse_bench_line(out.read_text().strip().splitlines()[-1])
+    line = out.read_text().strip().splitlines()[-1]
+    metrics = parse_bench_line(line)
+    lengths = json.loads(line).get("output_lens") or []
     return {
+        "cut_short": sum(1 for n in lengths if 0 < n < plan.output_len),
         "concurrency": concurrency,
         "prompts": prompts,
         "completed": metrics.completed,
