@@ -26,6 +26,7 @@ SHORT_RUN_TESTS = {
     "multi_gpu.py": "test_multi_gpu_short",
     "multi_gpu_device.sh": "test_multi_gpu_device_short",
     "overhead.py": "test_overhead_short",
+    "reliability.py": "test_reliability_short",
     "telemetry.py": "test_telemetry_short",
 }
 
@@ -139,3 +140,14 @@ def test_a_failed_phase_keeps_the_others_figures(tmp_path):
     assert failed
     written = json.loads(out.read_text())
     assert written["first"] == {"x": 1} and "ValueError: no GPU" in written["broken"]["error"]
+
+
+def test_reliability_short(tmp_path):
+    out = tmp_path / "reliability.json"
+    done = run([sys.executable, "bench/reliability.py", "--short", "--out", str(out)], 240)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    figures = json.loads(out.read_text())
+    assert figures["drain"]["completed"] == figures["drain"]["in_flight"] > 0
+    for phase in ("drain", "readyz_after_engine_death", "readyz_after_freeze", "serve_sigkilled"):
+        assert figures[phase]["processes_left"] == 0, figures[phase]
+    assert figures["relay_long_line"]["lines"] == 2
