@@ -146,6 +146,9 @@ SIGNATURES = [
     r"torch\.OutOfMemoryError: .*",
     r"RuntimeError: CUDA error: .*",
 ]
+# sglang 0.5.11 logs this traceback at start when openai_harmony is absent and carries on
+# (only /v1/responses is lost): not a failure (recorded on the H200, see tests/fixtures).
+HARMLESS_EXCEPTION = re.compile(r"No module named 'openai_harmony'")
 _EXCEPTION_LINE = re.compile(r"^\s*(?:[\w.]+\.)?\w*(?:Error|Exception)\b:?.*$")
 _CACHED = re.compile(r"Prefill batch.*?#new-seq: (\d+), #new-token: (\d+), #cached-token: (\d+)")
 
@@ -161,6 +164,8 @@ def find_signature(log_text: str) -> str | None:
         if "Traceback (most recent call last)" in lines[i]:
             for line in lines[i + 1 :]:
                 if _EXCEPTION_LINE.match(line) and not line.startswith(" "):
+                    if HARMLESS_EXCEPTION.search(line):
+                        break
                     return line.strip()
     for line in reversed(lines):
         if "Scheduler hit an exception" in line or "crashed with exit code" in line:

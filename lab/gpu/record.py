@@ -69,24 +69,27 @@ def record(run_dir: Path, name: str) -> Path:
 
 
 def ratio_table(runs: list[dict]) -> list[str]:
-    rows = ["| concurrency | bare tok/s (median) | supervised tok/s (median) | ratio | runs each |"]
-    rows.append("|---|---|---|---|---|")
-    for concurrency in sorted({r["concurrency"] for r in runs}):
+    """Supervised over bare throughput per level: medians, and every run for the spread."""
+    rows = [
+        "| concurrency | bare tok/s: median (runs) | supervised tok/s: median (runs) | ratio |",
+        "|---|---|---|---|",
+    ]
+    for level in sorted({r["level"] for r in runs}):
         figures = {
             target: [
                 r["total_throughput"]
                 for r in runs
-                if (r["concurrency"], r["target"]) == (concurrency, target)
-                and r.get("total_throughput")
+                if (r["level"], r["target"]) == (level, target) and r.get("total_throughput")
             ]
             for target in ("bare", "serve")
         }
         if not (figures["bare"] and figures["serve"]):
             continue
         bare, serve = statistics.median(figures["bare"]), statistics.median(figures["serve"])
-        count = len(figures["bare"])
+        each = {t: ", ".join(f"{v:,.0f}" for v in figures[t]) for t in figures}
         rows.append(
-            f"| {concurrency} | {bare:,.0f} | {serve:,.0f} | {serve / bare:.3f} | {count} |"
+            f"| {level} | {bare:,.0f} ({each['bare']}) | {serve:,.0f} ({each['serve']}) "
+            f"| {serve / bare:.3f} |"
         )
     return rows
 

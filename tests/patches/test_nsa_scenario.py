@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -230,3 +231,20 @@ def test_whole_run_crashes_unpatched_finishes_patched_and_reverts(make_site, tmp
     assert nsa.READY_LINE in (out / "nsa-patched.log").read_text()
     port = int(result["flags"][result["flags"].index("--port") + 1])
     assert result["flags"] == nsa.server_flags(tmp_path, port)
+
+
+RECORDED_NSA = (
+    Path(__file__).resolve().parents[1] / "fixtures" / "real_engine" / "sglang-0.5.11-h200-nsa"
+)
+
+
+def test_recorded_h200_runs_read_as_what_happened():
+    """sglang 0.5.11 on an H200 (2026-12-01): the unpatched start was still compiling when
+    its time ran out (no failure line), the patched one served batches past the threshold."""
+    unpatched = (RECORDED_NSA / "nsa-unpatched.log").read_text()
+    patched = (RECORDED_NSA / "nsa-patched.log").read_text()
+    assert nsa.find_signature(unpatched) is None
+    assert nsa.find_signature(patched) is None
+    batches = nsa.prefill_batches(patched)
+    assert batches["batches_over_threshold"] >= 1 and batches["max_cached_tokens_in_batch"] >= 8192
+    assert nsa.prefill_batches(unpatched)["prefill_batches"] == 0
