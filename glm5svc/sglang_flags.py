@@ -121,6 +121,15 @@ FORBIDDEN_FLAGS = {
         reason="--tp is not a flag, only an argparse abbreviation of --tp-size",
         fix="set gpus.expected_count (tensor parallel size = GPUs used)",
     ),
+    # A key in argv is visible to every local user (ps, /proc/PID/cmdline) and in /status.
+    "--api-key": ForbiddenFlag(
+        reason="a key on the command line is readable by every local user (ps) and in /status",
+        fix="put the key in a 0600 file and set server.api_key_file",
+    ),
+    "--admin-api-key": ForbiddenFlag(
+        reason="a key on the command line is readable by every local user (ps) and in /status",
+        fix="leave it out of server.extra_args (sglang's admin endpoints stay closed)",
+    ),
 }
 
 

@@ -34,6 +34,7 @@ from typing import Any
 
 from glm5svc.atomic_file import write_atomic
 from glm5svc.config import Config
+from glm5svc.errors import EXIT_CONFIG
 from glm5svc.port_owners import holders
 from glm5svc.redaction import Redactor
 from glm5svc.serve.diagnosis import EXIT_ENGINE_FAILED, diagnose, exit_status_for
@@ -221,7 +222,17 @@ class Supervisor:
             self.notifier.status(self.state.status_text)
 
     def _supervise(self) -> int:
-        pid = self.engine.start()
+        try:
+            pid = self.engine.start()
+        except OSError as exc:  # no interpreter or program there: restarting cannot help
+            message = (
+                f"cannot start the server {self.engine.argv[0]}: {exc.strerror or exc}; "
+                "check server.python (or server.command)"
+            )
+            self._set_phase(Phase.FAILED, f"failed: {message}")
+            self.log(message, PRIORITY_ERR)
+            self._write_last_run(EXIT_CONFIG, message)
+            return EXIT_CONFIG
         now = time.monotonic()
         with self.state.lock:
             self.state.engine_pid = pid

@@ -95,3 +95,14 @@ def test_validate_refuses_an_api_key_that_cannot_reach_sglang(tmp_path, key):
     )
     assert run.returncode == EXIT_CONFIG
     assert "server.api_key_file" in run.stdout + run.stderr
+
+
+def test_command_explain_warns_when_the_engine_is_open_without_a_key(tmp_path):
+    path = tmp_path / "glm5.yaml"
+    path.write_text("server: {host: 0.0.0.0}\n")
+    run = subprocess.run(
+        [sys.executable, "-m", "glm5svc", "--config", str(path), "command", "--explain"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert "# WARNING: the engine listens on 0.0.0.0:30000 with no API key" in run.stdout

@@ -19,8 +19,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from glm5svc.config import read_api_key, secrets_file_text
+from glm5svc.config import config_from_mapping, read_api_key, secrets_file_text
 from glm5svc.errors import ConfigError
+from glm5svc.launch_plan import build_launch_plan
+from tests.plan.test_launch_plan import SM120_X8
 
 HERE = Path(__file__).resolve().parent
 
@@ -107,3 +109,11 @@ def test_the_old_hand_written_file_changed_or_broke_these_keys(key):
         old = "unreadable: sglang would not start"
     assert old != key
     assert yaml.safe_load(secrets_file_text(key))["api-key"] == key
+
+
+@pytest.mark.parametrize("flag", ["--api-key", "--admin-api-key"])
+def test_a_key_in_extra_args_is_refused(flag):
+    config = config_from_mapping({"server": {"extra_args": [flag, "sk-in-argv"]}})
+    with pytest.raises(ConfigError) as caught:
+        build_launch_plan(config, gpus=SM120_X8)
+    assert "server.api_key_file" in str(caught.value) or flag in str(caught.value)

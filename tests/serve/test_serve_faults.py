@@ -12,6 +12,8 @@ import json
 import os
 import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 import urllib.error
@@ -317,3 +319,17 @@ def test_livez_stays_alive_during_a_drain_longer_than_the_stale_limit(tmp_path, 
     watcher.join(5)
     assert len(livez) >= 10  # the 2 s drain, four times the stale limit
     assert set(livez) == {200}
+
+
+def test_a_missing_server_program_is_a_clear_exit_78(tmp_path):
+    config_path = write_config(tmp_path, "load=0.2")
+    text = config_path.read_text().replace(sys.executable, str(tmp_path / "no-python"))
+    config_path.write_text(text)
+    run = subprocess.run(
+        [sys.executable, "-m", "glm5svc", "--config", str(config_path), "serve"],
+        capture_output=True, text=True, timeout=60,
+        env={**os.environ, "GLM5SVC_LOG_TARGET": "stderr", "NOTIFY_SOCKET": ""},
+    )  # fmt: skip
+    assert run.returncode == 78, run.stderr[-2000:]
+    assert "cannot start the server" in run.stderr and "server.python" in run.stderr
+    assert "Traceback" not in run.stderr
