@@ -43,6 +43,16 @@ class EngineClient:
         except urllib.error.HTTPError as exc:
             return exc.code, exc.read()
 
+    def health(self, timeout: float) -> ProbeResult:
+        """/health: the HTTP server and its tokenizer manager answer (no generation)."""
+        try:
+            status, body = self._request("/health", timeout)
+        except (OSError, ValueError) as exc:
+            return ProbeResult(False, f"/health: {_reason(exc)}")
+        if status == 200:
+            return ProbeResult(True, "/health: 200")
+        return ProbeResult(False, f"/health: HTTP {status} {body[:200]!r}")
+
     def health_generate(self, timeout: float) -> ProbeResult:
         try:
             status, body = self._request("/health_generate", timeout)
