@@ -627,6 +627,9 @@ class Supervisor:
             drain_s = 0.0
         elif sig == signal.SIGABRT:  # systemd's watchdog: the engine is wedged already
             drain_s = WATCHDOG_ABORT_DRAIN_S
+        elif self.state.wedged or self.state.unresponsive or self.state.stopped_pids:
+            # Nothing will finish (sglang itself force-exits when its health check failed).
+            drain_s = min(WATCHDOG_ABORT_DRAIN_S, self.service.drain_timeout_s)
         else:
             drain_s = self.service.drain_timeout_s
         in_flight = None

@@ -11,6 +11,7 @@ import sys
 
 import pytest
 
+from glm5svc.cli import main
 from glm5svc.config import parse_config
 from glm5svc.errors import EXIT_CONFIG, ConfigError
 
@@ -59,42 +60,31 @@ def test_values_that_mean_something_else_are_refused(text, said):
     "text",
     ["server: {port: 030000}", "service: {probe_interval_s: .inf}", 'model: {path: "/a\\0"}'],
 )
-def test_validate_refuses_them_with_exit_78(tmp_path, text):
+def test_validate_refuses_them_with_exit_78(tmp_path, capsys, text):
     path = tmp_path / "glm5.yaml"
     path.write_text(text + "\n")
-    run = subprocess.run(
-        [sys.executable, "-m", "glm5svc", "validate", str(path)], capture_output=True, text=True
-    )
-    assert run.returncode == EXIT_CONFIG, run.stdout + run.stderr
-    assert "Traceback" not in run.stderr
+    assert main(["validate", str(path)]) == EXIT_CONFIG  # no traceback escapes
+    assert str(path) in capsys.readouterr().err
 
 
-def test_validate_warns_when_the_engine_is_open_without_a_key(tmp_path):
+def test_validate_warns_when_the_engine_is_open_without_a_key(tmp_path, capsys):
     path = tmp_path / "glm5.yaml"
     path.write_text("server: {host: 0.0.0.0}\n")
-    run = subprocess.run(
-        [sys.executable, "-m", "glm5svc", "validate", str(path)], capture_output=True, text=True
-    )
-    assert run.returncode == 0
-    assert "WARNING: the engine listens on 0.0.0.0:30000 with no API key" in run.stderr
+    assert main(["validate", str(path)]) == 0
+    assert "WARNING: the engine listens on 0.0.0.0:30000 with no API key" in capsys.readouterr().err
     path.write_text("server: {host: 127.0.0.1}\n")
-    quiet = subprocess.run(
-        [sys.executable, "-m", "glm5svc", "validate", str(path)], capture_output=True, text=True
-    )
-    assert "WARNING" not in quiet.stderr
+    assert main(["validate", str(path)]) == 0
+    assert "WARNING" not in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("key", ["-starts-with-dash", "ünï", "tab\there"])
-def test_validate_refuses_an_api_key_that_cannot_reach_sglang(tmp_path, key):
+def test_validate_refuses_an_api_key_that_cannot_reach_sglang(tmp_path, capsys, key):
     key_file = tmp_path / "key"
     key_file.write_text(key)
     path = tmp_path / "glm5.yaml"
     path.write_text(f"server: {{api_key_file: {key_file}}}\n")
-    run = subprocess.run(
-        [sys.executable, "-m", "glm5svc", "validate", str(path)], capture_output=True, text=True
-    )
-    assert run.returncode == EXIT_CONFIG
-    assert "server.api_key_file" in run.stdout + run.stderr
+    assert main(["validate", str(path)]) == EXIT_CONFIG
+    assert "server.api_key_file" in capsys.readouterr().err
 
 
 def test_command_explain_warns_when_the_engine_is_open_without_a_key(tmp_path):
