@@ -581,136 +581,38 @@ def scenario_service(out: Path, env: dict[str, str], deadline: Deadline, results
     results["bare_stop"] = stop_gracefully(bare, 60)
 
     # The drain under load: every request in flight when the stop comes.
-    drain = {"in_flight_requests": 64}
-    load = subprocess.Popen(
-        [
-            BENCH_PYTHON,
-            "-m",
-            "sglang.bench_serving",
-            "--backend",
-            "sglang",
-            "--base-url",
-            engine,
-            "--model",
-            str(model),
-            "--tokenizer",
-            str(model),
-            "--dataset-name",
-            "random-ids",
-            "--random-input-len",
-            "256",
-            "--random-output-len",
-            "1500",
-            "--random-range-ratio",
-            "1.0",
-            "--num-prompts",
-            "64",
-            "--max-concurrency",
-            "64",
-            "--warmup-requests",
-            "0",
-            "--disable-tqdm",
-            "--output-file",
-            str(recorded / "drain-bench.jsonl"),
-        ],
-        env=env,
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    running = 0
-    waiting = Deadline(40)
-    while (running := running_requests(engine)) < 60 and not waiting.expired():
-        time.sleep(0.2)
-    drain["running_at_stop"] = running
-    t_stop = time.monotonic()
-    serve.signal_leader(signal.SIGTERM)
-    readyz_after = []
-    for _ in range(3):
-        readyz_after.append(http_get(f"http://127.0.0.1:{LISTEN_PORT}/readyz", timeout=2)[0])
-        time.sleep(0.2)
-    drain["readyz_after_stop"] = readyz_after
-    try:
-        drain["serve_exit"] = serve.proc.wait(timeout=150)
-    except subprocess.TimeoutExpired:
-        drain["serve_exit"] = "timeout"
-        serve.kill_group()
-    drain["seconds"] = round(time.monotonic() - t_stop, 2)
-    load_out = load.communicate(timeout=120)[0]
-    (recorded / "drain-bench.txt").write_text(load_out[-20000:])
-    successful = re.search(r"Successful requests:\s+(\d+)", load_out)
-    drain["completed"] = int(successful.group(1)) if successful else 0
-    drain["failed"] = drain["in_flight_requests"] - drain["completed"]
-    time.sleep(2)
-    drain["processes_left"] = processes_left(serve)
-    serve.finish(timeout=5)
-    results["drain"] = drain
-    log(f"drain: {drain}")
-    results["notify"] = [(round(t - serve.started, 3), m) for t, m in notify.messages][-60:]
+    results["drain"] = stop_under_load(serve, notify, deadline)
+    log(f"drain: {results['drain']}")
 
     # kill -9 of the scheduler under load.
     if deadline.left() > 120:
-        results["kill_scheduler"] = kill_scheduler_under_load(
-            config, env, recorded, model, deadline
-        )
+        results["kill_scheduler"] = kill_scheduler_under_load(config, env, recorded, deadline)
+
+
+def start_serve(name: str, config: Path, env: dict[str, str], recorded: Path, wait_s: float):
+    """`glm5svc serve` with a notify socket of its own, waited on until READY=1 (or not)."""
+    notify = NotifySocket(recorded.parent / f"notify-{name}.sock")
+    argv = [sys.executable, "-m", "glm5svc", "--config", str(config), "serve"]
+    serve = Process(name, argv, dict(env, NOTIFY_SOCKET=str(notify.path)), recorded)
+    wait = Deadline(wait_s)
+    while notify.first("READY=1") is None and not wait.expired() and serve.proc.poll() is None:
+        time.sleep(0.1)
+    return serve, notify
 
 
 def kill_scheduler_under_load(
-    config: Path, env: dict[str, str], recorded: Path, model: Path, deadline: Deadline
+    config: Path, env: dict[str, str], recorded: Path, deadline: Deadline
 ) -> dict:
-    notify = NotifySocket(recorded.parent / "notify2.sock")
-    serve = Process(
-        "serve-kill9",
-        [sys.executable, "-m", "glm5svc", "--config", str(config), "serve"],
-        dict(env, NOTIFY_SOCKET=str(notify.path)),
-        recorded,
+    serve, notify = start_serve(
+        "serve-kill9", config, env, recorded, min(150, deadline.left() - 40)
     )
-    wait = Deadline(min(150, deadline.left() - 40))
-    while notify.first("READY=1") is None and not wait.expired() and serve.proc.poll() is None:
-        time.sleep(0.1)
     outcome: dict = {"ready": notify.first("READY=1") is not None}
     if not outcome["ready"]:
         serve.kill_group()
         serve.finish(timeout=5)
         return outcome
-    engine = f"http://127.0.0.1:{ENGINE_PORT}"
-    load = subprocess.Popen(
-        [
-            BENCH_PYTHON,
-            "-m",
-            "sglang.bench_serving",
-            "--backend",
-            "sglang",
-            "--base-url",
-            engine,
-            "--model",
-            str(model),
-            "--tokenizer",
-            str(model),
-            "--dataset-name",
-            "random-ids",
-            "--random-input-len",
-            "256",
-            "--random-output-len",
-            "1000",
-            "--random-range-ratio",
-            "1.0",
-            "--num-prompts",
-            "64",
-            "--max-concurrency",
-            "32",
-            "--warmup-requests",
-            "0",
-            "--disable-tqdm",
-        ],
-        env=env,
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    time.sleep(4)
+    load = Load(f"http://127.0.0.1:{ENGINE_PORT}", requests=32, output_len=1000)
+    load.wait_running(24, Deadline(30))
     engine_pgid = engine_group(serve)
     members = group_members(engine_pgid) if engine_pgid else []
     # sglang names its scheduler process "sglang::scheduler..." (setproctitle); the test
@@ -729,13 +631,7 @@ def kill_scheduler_under_load(
         outcome["serve_exit"] = "timeout"
         serve.kill_group()
     outcome["seconds_to_exit"] = round(time.monotonic() - t_kill, 2)
-    try:
-        load_out = load.communicate(timeout=60)[0]
-    except subprocess.TimeoutExpired:
-        load.kill()
-        load_out = load.communicate()[0]
-    successful = re.search(r"Successful requests:\s+(\d+)", load_out)
-    outcome["bench_completed"] = int(successful.group(1)) if successful else 0
+    outcome["requests"] = load.summary()
     time.sleep(2)
     outcome["processes_left"] = processes_left(serve)
     serve.finish(timeout=5)
@@ -770,84 +666,89 @@ def generate(engine_url: str, input_ids: list[int], max_new_tokens: int, timeout
         return {"status": 0, "error": str(err)[:120], "tokens": 0, "seconds": time.monotonic() - t0}
 
 
+class Load:
+    """Requests of a fixed length sent at once from threads (no client start-up delay, unlike
+    bench_serving's ~15 s of imports), each reporting how it ended."""
+
+    def __init__(self, engine_url: str, requests: int, output_len: int, first_id: int = 0):
+        self.engine_url, self.output_len = engine_url, output_len
+        self.replies: list[dict] = []
+        self._lock = threading.Lock()
+        self.threads = [
+            threading.Thread(target=self._one, args=(first_id + i,)) for i in range(requests)
+        ]
+        for thread in self.threads:
+            thread.start()
+
+    def _one(self, index: int) -> None:
+        ids = [(index * 7919 + k * 104729) % 2000 + 4 for k in range(256)]
+        reply = generate(self.engine_url, ids, self.output_len, timeout=120)
+        with self._lock:
+            self.replies.append(reply)
+
+    def wait_running(self, at_least: int, deadline: Deadline) -> int:
+        """Until sglang's own gauge shows that many requests running (or the deadline)."""
+        while (running := running_requests(self.engine_url)) < at_least and not deadline.expired():
+            time.sleep(0.1)
+        return running
+
+    def summary(self, join_s: float = 10) -> dict:
+        for thread in self.threads:
+            thread.join(timeout=join_s)
+        full = [r for r in self.replies if r["status"] == 200 and r["tokens"] == self.output_len]
+        return {
+            "sent": len(self.threads),
+            "completed_in_full": len(full),
+            "failed": len(self.threads) - len(full),
+            "statuses": sorted({str(r["status"]) for r in self.replies}),
+            "errors": sorted({r.get("error", "") for r in self.replies} - {""})[:3],
+            "max_seconds": round(max((r["seconds"] for r in self.replies), default=0), 2),
+        }
+
+
+def stop_under_load(serve: Process, notify: NotifySocket, deadline: Deadline) -> dict:
+    """Stop `glm5svc serve` with 64 requests in flight by sglang's own gauge, send 8 more
+    after the stop: what completes, what fails, how long, what is left."""
+    engine = f"http://127.0.0.1:{ENGINE_PORT}"
+    output_len = int(os.environ.get("GPU_LAB_DRAIN_TOKENS", "2000"))
+    in_flight = Load(engine, requests=64, output_len=output_len)
+    result: dict = {"running_at_stop": in_flight.wait_running(60, Deadline(30))}
+    t_stop = time.monotonic()
+    serve.signal_leader(signal.SIGTERM)
+    time.sleep(0.3)
+    result["readyz_0_3s_after_stop"] = http_get(f"http://127.0.0.1:{LISTEN_PORT}/readyz", 2)[0]
+    after_stop = Load(engine, requests=8, output_len=output_len, first_id=1000)
+    try:
+        result["serve_exit"] = serve.proc.wait(timeout=min(120, max(5, deadline.left() - 15)))
+    except subprocess.TimeoutExpired:
+        result["serve_exit"] = "timeout"
+        serve.kill_group()
+    result["stop_seconds"] = round(time.monotonic() - t_stop, 2)
+    result["in_flight"] = in_flight.summary()
+    result["sent_after_stop"] = after_stop.summary()
+    time.sleep(1)
+    result["processes_left"] = processes_left(serve)
+    serve.finish(timeout=5)
+    result["drain_log"] = [line for _, line in serve.lines if "glm5svc:" in line][-8:]
+    result["notify"] = [m for _, m in notify.messages[-6:]]
+    return result
+
+
 def scenario_drain(out: Path, env: dict[str, str], deadline: Deadline, results: dict) -> None:
-    """`glm5svc serve` stopped with 64 requests in flight (sglang's own gauge says so), plus
-    requests sent after the stop: what completes, what fails, how long, what is left."""
-    model = MODELS / "llama-tiny"
-    config = write_h200_config(out / "h200.yaml", model, out / "results", drain_timeout_s=60)
+    """`glm5svc serve` started alone, then stopped under load (stop_under_load)."""
+    config = write_h200_config(out / "h200.yaml", MODELS / "llama-tiny", out / "results")
     recorded = out / "recorded"
     recorded.mkdir(exist_ok=True)
-    notify = NotifySocket(out / "notify-drain.sock")
-    argv = [sys.executable, "-m", "glm5svc", "--config", str(config), "serve"]
-    serve = Process("serve-drain", argv, dict(env, NOTIFY_SOCKET=str(notify.path)), recorded)
-    wait = Deadline(max(10, deadline.left() - 60))
-    while notify.first("READY=1") is None and not wait.expired() and serve.proc.poll() is None:
-        time.sleep(0.1)
-    results["ready_s"] = notify.first("READY=1") and round(
-        notify.first("READY=1") - serve.started, 1
-    )
-    fired = serve.first_time(FIRED_UP)
-    results["ready_after_fired_up_s"] = (
-        round(notify.first("READY=1") - fired, 3) if fired and notify.first("READY=1") else None
-    )
-    if results["ready_s"] is None:
+    serve, notify = start_serve("serve-drain", config, env, recorded, max(10, deadline.left() - 60))
+    ready, fired = notify.first("READY=1"), serve.first_time(FIRED_UP)
+    results["ready_s"] = ready and round(ready - serve.started, 1)
+    results["ready_after_fired_up_s"] = round(ready - fired, 3) if ready and fired else None
+    if ready is None:
         serve.kill_group()
         serve.finish(timeout=5)
         results["error"] = "serve did not become ready"
         return
-    engine = f"http://127.0.0.1:{ENGINE_PORT}"
-    in_flight, late = 64, 8
-    output_len = int(os.environ.get("GPU_LAB_DRAIN_TOKENS", "2000"))
-    replies: list[dict] = []
-    late_replies: list[dict] = []
-    lock = threading.Lock()
-
-    def one(index: int, sink: list[dict]) -> None:
-        ids = [(index * 7919 + k * 104729) % 2000 + 4 for k in range(256)]
-        reply = generate(engine, ids, output_len, timeout=120)
-        with lock:
-            sink.append(reply)
-
-    workers = [threading.Thread(target=one, args=(i, replies)) for i in range(in_flight)]
-    for worker in workers:
-        worker.start()
-    waiting = Deadline(30)
-    while (running := running_requests(engine)) < in_flight - 4 and not waiting.expired():
-        time.sleep(0.1)
-    results["running_at_stop"] = running
-    t_stop = time.monotonic()
-    serve.signal_leader(signal.SIGTERM)
-    time.sleep(0.3)
-    results["readyz_0_3s_after_stop"] = http_get(
-        f"http://127.0.0.1:{LISTEN_PORT}/readyz", timeout=2
-    )[0]
-    late_workers = [
-        threading.Thread(target=one, args=(1000 + i, late_replies)) for i in range(late)
-    ]
-    for worker in late_workers:
-        worker.start()
-    try:
-        results["serve_exit"] = serve.proc.wait(timeout=min(120, max(5, deadline.left() - 15)))
-    except subprocess.TimeoutExpired:
-        results["serve_exit"] = "timeout"
-        serve.kill_group()
-    results["stop_seconds"] = round(time.monotonic() - t_stop, 2)
-    for worker in workers + late_workers:
-        worker.join(timeout=10)
-    time.sleep(1)
-    results["processes_left"] = processes_left(serve)
-    serve.finish(timeout=5)
-    full = [r for r in replies if r["status"] == 200 and r["tokens"] == output_len]
-    results["in_flight"] = {
-        "sent": in_flight, "completed_in_full": len(full), "failed": in_flight - len(full),
-        "statuses": sorted({str(r["status"]) for r in replies}),
-        "max_seconds": round(max((r["seconds"] for r in replies), default=0), 2),
-    }  # fmt: skip
-    results["sent_after_stop"] = {
-        "sent": late, "statuses": [r["status"] for r in late_replies],
-        "errors": sorted({r.get("error", "") for r in late_replies} - {""})[:3],
-    }  # fmt: skip
-    results["drain_log"] = [line for _, line in serve.lines if "glm5svc:" in line][-8:]
+    results.update(stop_under_load(serve, notify, deadline))
     shown = ("running_at_stop", "in_flight", "stop_seconds", "processes_left")
     log(f"drain: {json.dumps({key: results[key] for key in shown})}")
 
