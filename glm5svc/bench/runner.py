@@ -103,8 +103,12 @@ def run_level(
     sampler: WindowSampler | None = None,
     on_measuring: Callable[[], None] | None = None,
     no_telemetry_reason: str = "no telemetry sampler",
+    should_stop: Callable[[], bool] | None = None,
 ) -> tuple[LevelResult, str | None]:
-    """Run bench_serving at one concurrency; returns the result and its raw JSON line."""
+    """Run bench_serving at one concurrency; returns the result and its raw JSON line.
+
+    `should_stop` is watched while the level runs: when it turns true (the service is
+    stopping), bench_serving's group is ended at once, so its requests leave the drain."""
     requested = plan.prompts_for(concurrency)
     logs = run_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
@@ -132,6 +136,11 @@ def run_level(
     timed_out = threading.Event()
     level_timeout = plan.timeout_for(concurrency)
     timer = _start_timer(proc, level_timeout, timed_out)
+    stopped = threading.Event()
+    if should_stop is not None:
+        threading.Thread(
+            target=_stop_when, args=(should_stop, proc, stopped), name="bench-stop", daemon=True
+        ).start()
     tail: list[str] = []
     try:
         with open(log_path, "w", encoding="utf-8") as log:
@@ -159,7 +168,9 @@ def run_level(
             metrics = parse_bench_line(raw_line)
         except BenchLineError as exc:
             error = f"bench_serving wrote an unreadable result: {exc}"
-    if timed_out.is_set():
+    if stopped.is_set():
+        error = "stopped: the service is stopping"
+    elif timed_out.is_set():
         error = (
             f"bench_serving did not finish within {level_timeout:.0f} s and was stopped "
             "(--level-timeout; the default comes from the level's workload)"
@@ -230,7 +241,7 @@ def run_ladder(
 
         try:
             level, raw_line = run_level(
-                plan, concurrency, run_dir, sampler, measuring, no_telemetry_reason
+                plan, concurrency, run_dir, sampler, measuring, no_telemetry_reason, should_stop
             )
         except KeyboardInterrupt as exc:
             how = f" by {exc}" if isinstance(exc, BenchTerminated) else ""
@@ -342,6 +353,15 @@ def _start_timer(proc: subprocess.Popen, limit: float | None, flag: threading.Ev
     timer.daemon = True
     timer.start()
     return timer
+
+
+def _stop_when(should_stop: Callable[[], bool], proc: subprocess.Popen, flag) -> None:
+    while proc.poll() is None:
+        if should_stop():
+            flag.set()
+            _kill_group(proc)
+            return
+        time.sleep(0.2)
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

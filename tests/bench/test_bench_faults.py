@@ -257,3 +257,17 @@ def test_compare_help_says_which_side_is_the_baseline():
         capture_output=True, text=True, cwd=REPO, env={**os.environ, "COLUMNS": "200"},
     )  # fmt: skip
     assert "B, the baseline" in run.stdout and "A / B - 1" in run.stdout
+
+
+def test_a_stopping_service_ends_the_running_level_at_once(tmp_path, healthy_server):
+    """The post-start benchmark's bench_serving must not hold the engine's drain."""
+    python, pid_file = fake_python(tmp_path, "hang")
+    summary = run_benchmark(
+        plan(python, healthy_server, level_timeout_s=120),
+        tmp_path / "results",
+        Judgement(baseline=None),
+        should_stop=pid_file.exists,  # the service stops once the level has started
+    )
+    assert summary.levels[0].error == "stopped: the service is stopping"
+    assert summary.levels[0].wall_s < 60
+    assert not alive(int(pid_file.read_text()))

@@ -117,3 +117,12 @@ def test_a_key_in_extra_args_is_refused(flag):
     with pytest.raises(ConfigError) as caught:
         build_launch_plan(config, gpus=SM120_X8)
     assert "server.api_key_file" in str(caught.value) or flag in str(caught.value)
+
+
+def test_plan_summary_shows_server_env_names_not_values():
+    """The summary is what /status and bench's summary.json (provenance) carry."""
+    config = config_from_mapping({"server": {"env": {"HF_TOKEN": "hf_secret", "X": "1"}}})
+    summary = build_launch_plan(config, gpus=SM120_X8).summary()
+    assert summary["env"]["HF_TOKEN"] == summary["env"]["X"] == "<secret>"
+    assert "hf_secret" not in json.dumps(summary)
+    assert summary["env"]["NCCL_P2P_LEVEL"] == "SYS"  # the plan's own values are shown
