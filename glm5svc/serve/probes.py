@@ -45,22 +45,20 @@ class EngineClient:
 
     def health(self, timeout: float) -> ProbeResult:
         """/health: the HTTP server and its tokenizer manager answer (no generation)."""
-        try:
-            status, body = self._request("/health", timeout)
-        except (OSError, ValueError) as exc:
-            return ProbeResult(False, f"/health: {_reason(exc)}")
-        if status == 200:
-            return ProbeResult(True, "/health: 200")
-        return ProbeResult(False, f"/health: HTTP {status} {body[:200]!r}")
+        return self._status_probe("/health", timeout)
 
     def health_generate(self, timeout: float) -> ProbeResult:
+        """/health_generate: sglang runs a one-token generation (about 1 s in 0.5.11)."""
+        return self._status_probe("/health_generate", timeout)
+
+    def _status_probe(self, path: str, timeout: float) -> ProbeResult:
         try:
-            status, body = self._request("/health_generate", timeout)
+            status, body = self._request(path, timeout)
         except (OSError, ValueError) as exc:
-            return ProbeResult(False, f"/health_generate: {_reason(exc)}")
+            return ProbeResult(False, f"{path}: {_reason(exc)}")
         if status == 200:
-            return ProbeResult(True, "/health_generate: 200")
-        return ProbeResult(False, f"/health_generate: HTTP {status} {body[:200]!r}")
+            return ProbeResult(True, f"{path}: 200")
+        return ProbeResult(False, f"{path}: HTTP {status} {body[:200]!r}")
 
     def generation_check(self, timeout: float) -> ProbeResult:
         """One short real generation through /generate must return text."""
