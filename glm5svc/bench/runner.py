@@ -4,6 +4,10 @@ The telemetry window of a level opens when bench_serving prints that its warm-up
 and the timed run starts, and closes when it prints its result header, so energy and power
 cover the measured requests only. Versions that print neither get a window over the whole
 process, and the level says so (`window_scope`).
+
+Longer than 400 lines: a level's whole life (command, environment, telemetry windows keyed
+to bench_serving's markers, time limit, stop and group kill) stays in one place, so the
+markers, the windows and the process group cannot drift apart.
 """
 
 from __future__ import annotations
