@@ -11,13 +11,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from glm5svc.checks import OK, UNKNOWN, WARN, CheckRow, PreflightContext
+from glm5svc.hostfacts.gpu_numa import parse_cpulist, read_placement
+from glm5svc.hostfacts.limits import MEMLOCK, NOFILE
 from glm5svc.proc_limits import read_proc_limits
 
 MIN_CPUS_PER_GPU = 2  # a busy-polling TP rank each, plus tokenizer/detokenizer/JIT
 MIN_MEMORY_BYTES = 64 * 2**30  # 8 ranks' CUDA contexts and host buffers; reference had 256 GiB
-WANT_NOFILE = 1048576  # lxc.prlimit.nofile / LimitNOFILE
 HOST_FIX = "set it in the host inventory (glm5_host_lxc_resources_{}) and restart the container"
-NVIDIA_VENDOR = "0x10de"
 
 
 @dataclass(frozen=True)
@@ -26,15 +26,6 @@ class CgroupLimits:
     cpu_quota: float | None  # CPUs' worth of time (quota/period), None = no limit
     cpuset: list[int] | None
     memory_max: int | None  # bytes, None = no limit
-
-
-def parse_cpulist(text: str) -> list[int]:
-    cpus: set[int] = set()
-    for part in text.strip().split(","):
-        if part:
-            first, _, last = part.partition("-")
-            cpus.update(range(int(first), int(last or first) + 1))
-    return sorted(cpus)
 
 
 def _read(path: Path) -> str | None:
@@ -103,23 +94,7 @@ def _read_v1(cgroup: Path) -> CgroupLimits:
 
 def gpu_numa_nodes(sys_root: Path = Path("/sys")) -> dict[int, list[int]]:
     """{NUMA node: CPUs of that node} for the nodes NVIDIA GPUs sit on; {} when unknown."""
-    devices = sys_root / "bus" / "pci" / "devices"
-    nodes = set()
-    for device in sorted(devices.iterdir()) if devices.is_dir() else []:
-        klass = _read(device / "class") or ""
-        if _read(device / "vendor") != NVIDIA_VENDOR or not klass.startswith(("0x0300", "0x0302")):
-            continue
-        node = _read(device / "numa_node")
-        if node is None or int(node) < 0:
-            return {}
-        nodes.add(int(node))
-    placement = {}
-    for node in sorted(nodes):
-        cpulist = _read(sys_root / "devices" / "system" / "node" / f"node{node}" / "cpulist")
-        if cpulist is None:
-            return {}
-        placement[node] = parse_cpulist(cpulist)
-    return placement
+    return read_placement(str(sys_root))["node_cpus"]
 
 
 def check_container_resources(
@@ -172,10 +147,11 @@ def _rlimit_row(limits: dict[str, tuple[str, str]]) -> CheckRow:
     memlock, nofile = limits["memlock"], limits["nofile"]
     detail = f"memlock {'/'.join(memlock)}, nofile {'/'.join(nofile)} (soft/hard, this process)"
     nofile_hard = float("inf") if nofile[1] == "unlimited" else int(nofile[1])
-    if memlock[1] != "unlimited" or nofile_hard < WANT_NOFILE:
+    if memlock[1] != MEMLOCK or nofile_hard < NOFILE:
         fix = (
-            "lxc.prlimit.memlock: unlimited and lxc.prlimit.nofile: 1048576 in the container "
-            "config (glm5_host_lxc_resources_memlock/_nofile), then restart the container"
+            f"lxc.prlimit.memlock: {MEMLOCK} and lxc.prlimit.nofile: {NOFILE} in "
+            "the container config (glm5_host_lxc_resources_memlock/_nofile), then restart the "
+            "container"
         )
         return CheckRow(
             "container rlimits",
@@ -184,8 +160,8 @@ def _rlimit_row(limits: dict[str, tuple[str, str]]) -> CheckRow:
             "LimitNOFILE can raise",
             fix,
         )
-    if memlock[0] != "unlimited":
-        fix = "run under glm5.service (LimitMEMLOCK=infinity, LimitNOFILE=1048576)"
+    if memlock[0] != MEMLOCK:
+        fix = f"run under glm5.service (LimitMEMLOCK=infinity, LimitNOFILE={NOFILE})"
         return CheckRow("container rlimits", WARN, detail + ": soft memlock is limited", fix)
     return CheckRow("container rlimits", OK, detail)
 

@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 from glm5svc.checks import OK, WARN, CheckRow, PreflightContext
+from glm5svc.hostfacts.limits import NOFILE
 from glm5svc.proc_limits import read_proc_limits
 
 MIN_NOFILE = 65536  # 1024 concurrent streams plus NCCL and shard files
@@ -93,7 +94,7 @@ def rlimit_rows(nofile: int, memlock: int, whose: str) -> list[CheckRow]:
             f"hard limit {_limit(nofile)} ({whose}); 1024 concurrent streams need >= {MIN_NOFILE}",
             ""
             if nofile_ok
-            else f"LimitNOFILE=1048576 in {SERVICE_UNIT} (the shipped unit has it); in a "
+            else f"LimitNOFILE={NOFILE} in {SERVICE_UNIT} (the shipped unit has it); in a "
             "container its hard limit caps that: lxc.prlimit.nofile (container rlimits row)",
         ),
         CheckRow(

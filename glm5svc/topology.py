@@ -1,6 +1,7 @@
 """GPU topology from `nvidia-smi topo -m` and `nvidia-smi topo -p2p r`, and what NCCL makes of it.
 
-Parsing is separate from reading so that tests feed recorded outputs. `assess()` turns the
+The matrices are parsed by glm5svc.hostfacts.nvidia_topo, the parser the host's P2P report
+(Ansible) uses too; reading is separate so that tests feed recorded outputs. `assess()` turns the
 two matrices into the check rows that preflight shows.
 """
 
@@ -10,19 +11,17 @@ import re
 import shutil
 import subprocess
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import combinations
 
 from glm5svc.checks import OK, UNKNOWN, WARN, CheckRow
+from glm5svc.hostfacts.nvidia_topo import GpuMatrix, TopologyError, parse_gpu_matrix
 
-ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
-GPU_LABEL = re.compile(r"^GPU(\d+)$")
 NVLINK = re.compile(r"^NV(\d+)$")
 
 # nvidia-smi's PCIe link names, best first, and the NCCL_P2P_LEVEL each needs for P2P.
 # NCCL has no NODE level: a path between host bridges of one socket is PHB to NCCL.
 PCIE_LINK_TO_NCCL_LEVEL = {"PIX": "PIX", "PXB": "PXB", "PHB": "PHB", "NODE": "PHB", "SYS": "SYS"}
-LEGACY_LINK_NAMES = {"SOC": "SYS"}  # drivers before ~R400 printed SOC for SYS
 NCCL_LEVEL_ORDER = ("LOC", "NVL", "PIX", "PXB", "PHB", "SYS")
 LINK_ORDER = ("NV", "PIX", "PXB", "PHB", "NODE", "SYS")
 
@@ -41,22 +40,6 @@ HOST_P2P_FIX = (
 )
 
 
-class TopologyError(Exception):
-    """The topology cannot be read or parsed; the message says why."""
-
-
-@dataclass(frozen=True)
-class GpuMatrix:
-    """A GPU-by-GPU matrix from nvidia-smi topo; cells[(i, j)] as printed ('X' on the diagonal)."""
-
-    gpus: list[int]
-    cells: dict[tuple[int, int], str]
-    extra: dict[int, dict[str, str]] = field(default_factory=dict)  # NIC, affinity columns
-
-    def cell(self, a: int, b: int) -> str:
-        return self.cells.get((a, b), "?")
-
-
 @dataclass(frozen=True)
 class PairReport:
     a: int
@@ -69,52 +52,6 @@ class PairReport:
     @property
     def pair(self) -> str:
         return f"GPU{self.a}-GPU{self.b}"
-
-
-def strip_ansi(text: str) -> str:
-    return ANSI_ESCAPE.sub("", text)
-
-
-def parse_gpu_matrix(text: str, what: str = "nvidia-smi topo output") -> GpuMatrix:
-    """Parse the GPU rows and columns of `topo -m` or `topo -p2p r` (NIC rows are skipped)."""
-    lines = [strip_ansi(line).rstrip() for line in text.splitlines()]
-    header_at = next(
-        (i for i, line in enumerate(lines) if re.search(r"(^|\s)GPU0(\s|$)", line)), None
-    )
-    if header_at is None:
-        raise TopologyError(f"{what}: no header row naming GPU0")
-    line = lines[header_at]
-    header = [t.strip() for t in line.split("\t") if t.strip()] if "\t" in line else line.split()
-    columns = [int(m.group(1)) for m in (GPU_LABEL.match(t) for t in header) if m]
-    # The GPU columns come first and in order; later columns (NIC, affinity) are kept raw.
-    if columns != list(range(len(columns))):
-        raise TopologyError(f"{what}: GPU columns out of order: {columns}")
-    cells: dict[tuple[int, int], str] = {}
-    extra: dict[int, dict[str, str]] = {}
-    rows: list[int] = []
-    for line in lines[header_at + 1 :]:
-        tokens = line.split()
-        if not tokens or tokens[0].startswith("Legend"):
-            if rows:
-                break
-            continue
-        match = GPU_LABEL.match(tokens[0])
-        if not match:
-            continue  # NIC rows
-        row = int(match.group(1))
-        values = tokens[1:]
-        if len(values) < len(columns):
-            raise TopologyError(
-                f"{what}: row GPU{row} has {len(values)} cells for {len(columns)} GPU columns"
-            )
-        for col, value in zip(columns, values, strict=False):
-            cells[(row, col)] = LEGACY_LINK_NAMES.get(value, value)
-        others = [name for name in header if not GPU_LABEL.match(name)]
-        extra[row] = dict(zip(others, values[len(columns) :], strict=False))
-        rows.append(row)
-    if sorted(rows) != columns:
-        raise TopologyError(f"{what}: GPU rows {sorted(rows)} do not match columns {columns}")
-    return GpuMatrix(gpus=columns, cells=cells, extra=extra)
 
 
 def nccl_level_for(link: str) -> str | None:

@@ -2,25 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("ansible")
 
-LIBRARY = Path(__file__).resolve().parents[2] / "library"
+from glm5svc.hostfacts import gpu_numa as numa  # noqa: E402
+from tests.support.ansible_modules import load_module  # noqa: E402
 
-
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(name, LIBRARY / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-numa = _load("glm5_gpu_numa_facts")
-pve = _load("glm5_pve_lxc_config")
+pve = load_module("library/glm5_pve_lxc_config.py")
 
 # 2 sockets x 32 cores with SMT: node 0 = 0-31,64-95, node 1 = 32-63,96-127.
 NODES = {0: "0-31,64-95", 1: "32-63,96-127"}

@@ -2,27 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
 pytest.importorskip("ansible")
 
-ROLES = Path(__file__).resolve().parents[2] / "roles"
-LIBRARY = ROLES.parent / "library"  # modules shared by several roles
+from tests.support.ansible_modules import load_module  # noqa: E402
 
-
-def _load(role: str, name: str):
-    where = LIBRARY if role == "" else ROLES / role / "library"
-    spec = importlib.util.spec_from_file_location(name, where / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-pve = _load("", "glm5_pve_lxc_config")
-p2p = _load("glm5_host_p2p_report", "glm5_p2p_facts")
+pve = load_module("library/glm5_pve_lxc_config.py")
+p2p = load_module("roles/glm5_host_p2p_report/library/glm5_p2p_facts.py")
 
 CONF = """#GPU container
 arch: amd64

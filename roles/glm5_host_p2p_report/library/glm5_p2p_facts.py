@@ -9,6 +9,9 @@ import shutil
 
 from ansible.module_utils.basic import AnsibleModule
 
+# glm5svc/hostfacts/nvidia_topo.py: the parser glm5svc's preflight uses in the container.
+from ansible.module_utils.nvidia_topo import TopologyError, parse_gpu_matrix
+
 DOCUMENTATION = r"""
 ---
 module: glm5_p2p_facts
@@ -46,11 +49,18 @@ p2p_read:
   description: Output of nvidia-smi topo -p2p r ('' when not available).
   returned: always
   type: str
+cross_socket_pairs:
+  description: GPU pairs linked across CPU sockets (SYS, or SOC on old drivers), e.g. C(GPU0-GPU4).
+  returned: always
+  type: list
+p2p_not_ok_pairs:
+  description: GPU pairs whose P2P read is not OK, with the status (e.g. C({GPU0-GPU4: NS})).
+  returned: always
+  type: dict
 """
 
 IOMMU_ON = re.compile(r"\b(intel_iommu|amd_iommu)=on\b")
 DEVICE_HEADER = re.compile(r"^([0-9a-f]{4}:)?[0-9a-f]{2}:[0-9a-f]{2}\.[0-7] ")
-P2P_CELL_OK = {"OK", "X"}
 
 
 def iommu_findings(cmdline: str) -> list[dict]:
@@ -98,15 +108,23 @@ def acs_findings(bridges: list[str]) -> list[dict]:
     ]
 
 
+def unreadable_finding(what: str, error: TopologyError) -> dict:
+    return {
+        "topic": "topology",
+        "problem": f"cannot read {what}: {error}",
+        "fix": "run it by hand; a driver older than R400 or a GPU without the driver loaded "
+        "prints no GPU matrix",
+    }
+
+
 def p2p_findings(table: str) -> list[dict]:
-    bad = sorted(
-        {
-            cell
-            for line in table.splitlines()[1:]
-            for cell in line.split()[1:]
-            if line.strip().startswith("GPU") and cell not in P2P_CELL_OK
-        }
-    )
+    if not table.strip():
+        return []
+    try:
+        matrix = parse_gpu_matrix(table, "nvidia-smi topo -p2p r")
+    except TopologyError as error:
+        return [unreadable_finding("nvidia-smi topo -p2p r", error)]
+    bad = sorted(set(p2p_not_ok(matrix).values()))
     if not bad:
         return []
     return [
@@ -121,21 +139,36 @@ def p2p_findings(table: str) -> list[dict]:
     ]
 
 
+def p2p_not_ok(matrix) -> dict[str, str]:
+    """{"GPU0-GPU4": "NS", ...}: the pairs of a parsed topo -p2p r matrix without P2P reads."""
+    return {f"GPU{a}-GPU{b}": cell for (a, b), cell in matrix.pairs().items() if cell != "OK"}
+
+
+def sys_pairs(matrix: str) -> list[str]:
+    """The GPU pairs whose link crosses CPU sockets (SYS, or SOC on old drivers)."""
+    links = parse_gpu_matrix(matrix, "nvidia-smi topo -m").pairs()
+    return [f"GPU{a}-GPU{b}" for (a, b), link in links.items() if link == "SYS"]
+
+
 def topology_findings(matrix: str) -> list[dict]:
-    rows = [line.split() for line in matrix.splitlines() if re.match(r"^GPU\d+\s", line)]
-    gpus = len(rows)
-    links = {cell for row in rows for cell in row[1 : gpus + 1] if cell != "X"}
-    if "SYS" in links:
-        return [
-            {
-                "topic": "topology",
-                "problem": "some GPU pairs connect across CPU sockets (SYS): NCCL's default "
-                "NCCL_P2P_LEVEL=PXB does not use P2P for them",
-                "fix": "keep tensor-parallel groups within one socket, or set NCCL_P2P_LEVEL=SYS "
-                "if topo -p2p r reports OK for those pairs",
-            }
-        ]
-    return []
+    if not matrix.strip():
+        return []
+    try:
+        pairs = sys_pairs(matrix)
+    except TopologyError as error:
+        return [unreadable_finding("nvidia-smi topo -m", error)]
+    if not pairs:
+        return []
+    return [
+        {
+            "topic": "topology",
+            "problem": f"{len(pairs)} GPU pairs connect across CPU sockets (SYS: "
+            f"{', '.join(pairs[:8])}{' ...' if len(pairs) > 8 else ''}): NCCL's default "
+            "NCCL_P2P_LEVEL=PXB does not use P2P for them",
+            "fix": "keep tensor-parallel groups within one socket, or set NCCL_P2P_LEVEL=SYS "
+            "if topo -p2p r reports OK for those pairs",
+        }
+    ]
 
 
 def run(module: AnsibleModule, argv: list[str]) -> str:
@@ -143,6 +176,14 @@ def run(module: AnsibleModule, argv: list[str]) -> str:
         return ""
     rc, out, _err = module.run_command(argv)
     return out if rc == 0 else ""
+
+
+def _or_empty(read, text: str, empty):
+    """read(text), or empty when there is no text or it does not parse (a finding says so)."""
+    try:
+        return read(text) if text.strip() else empty
+    except TopologyError:
+        return empty
 
 
 def main() -> None:
@@ -171,6 +212,10 @@ def main() -> None:
         acs_bridges=bridges,
         topology=topology,
         p2p_read=p2p,
+        cross_socket_pairs=_or_empty(sys_pairs, topology, []),
+        p2p_not_ok_pairs=_or_empty(
+            lambda text: p2p_not_ok(parse_gpu_matrix(text, "nvidia-smi topo -p2p r")), p2p, {}
+        ),
         lspci_available=bool(shutil.which("lspci")),
     )
 
