@@ -1,0 +1,28 @@
+"""`glm5svc unit`: print glm5.service for this venv and configuration file (the role installs it)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from glm5svc.config import resolve_config_path
+from glm5svc.unit_file import render_unit
+
+
+def register(subparsers):
+    parser = subparsers.add_parser(
+        "unit", help="print glm5.service for a venv and the --config file (systemd unit)"
+    )
+    parser.add_argument(
+        "--venv",
+        metavar="PATH",
+        default=sys.prefix,
+        help="venv whose bin/glm5svc the unit runs (default: this one, %(default)s)",
+    )
+    parser.set_defaults(func=run)
+    return parser
+
+
+def run(args) -> int:
+    sys.stdout.write(render_unit(Path(args.venv), resolve_config_path(args.config)))
+    return 0

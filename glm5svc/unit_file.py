@@ -1,0 +1,43 @@
+"""glm5.service for a given venv and configuration file, rendered from the shipped template.
+
+The template (glm5svc/data/glm5.service.in) holds everything else; the open-file limit comes
+from glm5svc.hostfacts.limits, the value the container's lxc.prlimit.nofile and preflight use.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from glm5svc.config import DEFAULT_CONFIG_PATH, ServerSection
+from glm5svc.errors import ConfigError
+from glm5svc.hostfacts.limits import NOFILE
+
+TEMPLATE = Path(__file__).parent / "data" / "glm5.service.in"
+# The venv of the default server.python (/opt/glm5/venv/bin/python).
+DEFAULT_VENV = ServerSection.model_fields["python"].default.parent.parent
+# systemd would read these inside a path as separators, quoting or specifiers.
+UNSAFE_IN_PATH = set(" \t\n\"'\\%$;")
+
+
+def _checked(name: str, path: Path) -> str:
+    text = str(path)
+    if not path.is_absolute():
+        raise ConfigError(f"{name}: '{text}' must be an absolute path")
+    bad = sorted(UNSAFE_IN_PATH & set(text))
+    if bad:
+        shown = " ".join(repr(char) for char in bad)
+        raise ConfigError(f"{name}: '{text}' contains {shown}; choose a path without them")
+    return text
+
+
+def render_unit(venv: Path = DEFAULT_VENV, config_path: Path = DEFAULT_CONFIG_PATH) -> str:
+    """The unit text; raises ConfigError for a path systemd would misread."""
+    values = {
+        "@GLM5SVC@": _checked("--venv", Path(venv)) + "/bin/glm5svc",
+        "@CONFIG@": _checked("--config", Path(config_path)),
+        "@NOFILE@": str(NOFILE),
+    }
+    text = TEMPLATE.read_text(encoding="utf-8")
+    for placeholder, value in values.items():
+        text = text.replace(placeholder, value)
+    return text
