@@ -1,4 +1,4 @@
-"""`glm5svc unit`: print glm5.service for this venv and configuration file (the role installs it)."""
+"""`glm5svc unit`: print glm5.service for a venv and the configuration file (role glm5_service)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
-"""The shipped glm5.service: required settings, and `systemd-analyze verify`."""
+"""glm5.service as `glm5svc unit` renders it: required settings, paths, `systemd-analyze verify`."""
 
 from __future__ import annotations
 
 import configparser
+import re
 import shutil
 import subprocess
 import sys
@@ -10,7 +11,13 @@ from pathlib import Path
 
 import pytest
 
-UNIT = Path(__file__).resolve().parents[2] / "glm5svc" / "data" / "glm5.service"
+from glm5svc.cli import main
+from glm5svc.config import ServiceSection
+from glm5svc.errors import ConfigError
+from glm5svc.hostfacts.limits import NOFILE
+from glm5svc.unit_file import render_unit
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def parse_unit(text: str) -> configparser.ConfigParser:
@@ -29,10 +36,10 @@ def seconds(value: str) -> float:
 
 
 def test_unit_settings():
-    unit = parse_unit(UNIT.read_text())
+    unit = parse_unit(render_unit())
     # The glm5_service role installs the README there.
     assert unit["Unit"]["Documentation"] == "file:/usr/share/doc/glm5svc/README.md"
-    role_tasks = (UNIT.parents[2] / "roles" / "glm5_service" / "tasks" / "unit.yml").read_text()
+    role_tasks = (REPO / "roles" / "glm5_service" / "tasks" / "unit.yml").read_text()
     assert "dest: /usr/share/doc/glm5svc/README.md" in role_tasks
     service = unit["Service"]
     assert service["Type"] == "notify" and service["NotifyAccess"] == "main"
@@ -41,8 +48,7 @@ def test_unit_settings():
     assert service["Restart"] == "on-failure"
     assert service["RestartPreventExitStatus"] == "78"
     assert service["LimitMEMLOCK"] == "infinity"
-    assert int(service["LimitNOFILE"]) >= 65536
-    from glm5svc.config import ServiceSection
+    assert int(service["LimitNOFILE"]) == NOFILE
 
     drain = ServiceSection().drain_timeout_s
     assert seconds(service["TimeoutStopSec"]) > drain
@@ -57,7 +63,7 @@ def test_unit_settings():
     )
     assert burst >= 8
     assert burst * (seconds(service["RestartSec"]) + 60) <= interval <= 3600
-    assert "systemctl reset-failed glm5" in UNIT.read_text()
+    assert "systemctl reset-failed glm5" in render_unit()
 
 
 def test_systemd_analyze_verify(tmp_path):
@@ -66,7 +72,7 @@ def test_systemd_analyze_verify(tmp_path):
         pytest.skip("systemd-analyze is not installed")
     # verify insists that ExecStart's program exists: point it at this venv's glm5svc.
     program = Path(sys.executable).parent / "glm5svc"
-    text = UNIT.read_text().replace("/opt/glm5/venv/bin/glm5svc", str(program))
+    text = render_unit(program.parent.parent)
     unit = tmp_path / "glm5.service"
     unit.write_text(text)
     result = subprocess.run(
@@ -74,3 +80,24 @@ def test_systemd_analyze_verify(tmp_path):
     )
     problems = [line for line in result.stderr.splitlines() if "glm5.service" in line]
     assert result.returncode == 0 and not problems, result.stderr
+
+
+def test_unit_for_another_venv_and_config(tmp_path, capsys):
+    text = render_unit(Path("/srv/glm5/venv"), Path("/srv/glm5/glm5.yaml"))
+    service = parse_unit(text)["Service"]
+    assert service["ExecStart"] == "/srv/glm5/venv/bin/glm5svc --config /srv/glm5/glm5.yaml serve"
+    assert re.search(r"@[A-Z0-9_]+@", text) is None  # every placeholder filled
+    assert main(["--config", "/srv/glm5/glm5.yaml", "unit", "--venv", "/srv/glm5/venv"]) == 0
+    assert capsys.readouterr().out == text
+
+
+@pytest.mark.parametrize(
+    ("venv", "config", "named"),
+    [("venv", "/etc/glm5/glm5.yaml", "--venv"), ("/opt/my venv", "/etc/g.yaml", "--venv"),
+     ("/opt/glm5/venv", "/etc/glm5/50%.yaml", "--config")],
+)  # fmt: skip
+def test_paths_systemd_would_misread_are_refused(venv, config, named, capsys):
+    with pytest.raises(ConfigError, match=named):
+        render_unit(Path(venv), Path(config))
+    assert main(["--config", config, "unit", "--venv", venv]) == 78
+    assert named in capsys.readouterr().err
