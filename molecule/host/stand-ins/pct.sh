@@ -1,8 +1,11 @@
 #!/bin/sh
-# STAND-IN for Proxmox's pct (glm5svc Molecule tests only): logs each call;
-# "status" says running; "create" writes a minimal config like the real one.
-mkdir -p /var/log/glm5-stand-in
-echo "pct $*" >> /var/log/glm5-stand-in/calls.log
+# STAND-IN for Proxmox's pct (glm5svc Molecule tests only): logs each call that would
+# change something (not "status", which check mode may run); "status" says running;
+# "create" writes a minimal config like the real one.
+if [ "$1" != status ]; then
+  mkdir -p /var/log/glm5-stand-in
+  echo "pct $*" >> /var/log/glm5-stand-in/calls.log
+fi
 case "$1" in
   status) echo "status: running" ;;
   reboot|start|stop) : ;;
