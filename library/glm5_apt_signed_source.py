@@ -4,14 +4,19 @@
 
 from __future__ import annotations
 
-import base64
-import glob
-import hashlib
 import os
 import re
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.glm5_apt_sources import (
+    debian_entries,
+    read_entries,
+    render_component,
+    render_sources,
+    same_url,
+)
+from ansible.module_utils.glm5_openpgp import KeyProblem, key_fingerprints, normal_fingerprint
 from ansible.module_utils.urls import open_url
 
 DOCUMENTATION = r"""
@@ -98,208 +103,6 @@ component_added:
   returned: always
   type: bool
 """
-
-ARMOR_BLOCK = re.compile(
-    r"-----BEGIN PGP PUBLIC KEY BLOCK-----\r?\n(.*?)-----END PGP PUBLIC KEY BLOCK-----", re.S
-)
-PUBLIC_KEY_TAG = 6
-OWN_HEADER = "# Managed by Ansible (glm5_apt_signed_source): "
-
-
-class KeyProblem(Exception):
-    """The key cannot be read or is not the expected one; the message says why."""
-
-
-# --- OpenPGP: fingerprints of the primary keys (RFC 4880 section 12.2, RFC 9580 for v6) ---
-
-
-def dearmor(text: str) -> bytes:
-    blocks = ARMOR_BLOCK.findall(text)
-    if not blocks:
-        raise KeyProblem("no 'BEGIN PGP PUBLIC KEY BLOCK' in the key text")
-    data = b""
-    for block in blocks:
-        _headers, _, body = block.partition("\n\n") if "\n\n" in block else ("", "", block)
-        lines = [line.strip() for line in body.splitlines() if line.strip()]
-        lines = [line for line in lines if not line.startswith("=")]  # the CRC24 line
-        try:
-            data += base64.b64decode("".join(lines), validate=True)
-        except ValueError as exc:
-            raise KeyProblem(f"the armoured key is not valid base64 ({exc})") from None
-    return data
-
-
-def packets(data: bytes):
-    """(tag, body) of each OpenPGP packet, old and new header formats."""
-    at = 0
-    while at < len(data):
-        first = data[at]
-        if not first & 0x80:
-            raise KeyProblem(f"not an OpenPGP packet at byte {at}")
-        if first & 0x40:  # new format
-            tag, at = first & 0x3F, at + 1
-            octet = data[at]
-            if octet < 192:
-                length, at = octet, at + 1
-            elif octet < 224:
-                length, at = ((octet - 192) << 8) + data[at + 1] + 192, at + 2
-            elif octet == 255:
-                length, at = int.from_bytes(data[at + 1 : at + 5], "big"), at + 5
-            else:
-                raise KeyProblem("partial packet lengths are not used in keys")
-        else:  # old format
-            tag, kind, at = (first >> 2) & 0x0F, first & 0x03, at + 1
-            if kind == 3:
-                raise KeyProblem("indeterminate packet length in a key")
-            size = (1, 2, 4)[kind]
-            length, at = int.from_bytes(data[at : at + size], "big"), at + size
-        body = data[at : at + length]
-        if len(body) != length:
-            raise KeyProblem("the key data ends inside a packet")
-        yield tag, body
-        at += length
-
-
-def fingerprint(body: bytes) -> str:
-    version = body[0] if body else 0
-    if version == 4:
-        return hashlib.sha1(b"\x99" + len(body).to_bytes(2, "big") + body).hexdigest().upper()
-    if version == 6:
-        return hashlib.sha256(b"\x9b" + len(body).to_bytes(4, "big") + body).hexdigest().upper()
-    raise KeyProblem(f"public key packet version {version} is not supported")
-
-
-def key_fingerprints(data: bytes) -> list[str]:
-    """Fingerprints of the primary keys in an armoured or binary keyring."""
-    if b"-----BEGIN PGP" in data:
-        data = dearmor(data.decode("ascii", "replace"))
-    found = [fingerprint(body) for tag, body in packets(data) if tag == PUBLIC_KEY_TAG]
-    if not found:
-        raise KeyProblem("no public key in the key data")
-    return found
-
-
-def normal_fingerprint(text: str) -> str:
-    return re.sub(r"\s+", "", text).upper()
-
-
-# --- apt sources: one-line (.list) and deb822 (.sources) ---
-
-
-def _one_line_entries(text: str, path: str) -> list[dict]:
-    entries = []
-    for line in text.splitlines():
-        line = line.split("#", 1)[0].strip()
-        if not line:
-            continue
-        options = {}
-        match = re.match(r"^(deb|deb-src)\s+\[([^\]]*)\]\s+(.*)$", line)
-        if match:
-            kind, opts, rest = match.groups()
-            for opt in opts.split():
-                key, _, value = opt.partition("=")
-                options[key.lower()] = value
-        else:
-            kind, _, rest = line.partition(" ")
-        fields = rest.split()
-        if kind not in ("deb", "deb-src") or len(fields) < 2:
-            continue
-        entries.append(
-            {
-                "file": path,
-                "types": [kind],
-                "uris": [fields[0]],
-                "suites": [fields[1]],
-                "components": fields[2:],
-                "signed_by": options.get("signed-by", ""),
-                "enabled": True,
-            }
-        )
-    return entries
-
-
-def _deb822_entries(text: str, path: str) -> list[dict]:
-    entries = []
-    for stanza in re.split(r"\n\s*\n", text):
-        fields: dict[str, str] = {}
-        key = None
-        for line in stanza.splitlines():
-            if line.startswith("#"):
-                continue
-            if line[:1] in (" ", "\t") and key:
-                fields[key] += "\n" + line.strip()
-            elif ":" in line:
-                key, _, value = line.partition(":")
-                key = key.strip().lower()
-                fields[key] = value.strip()
-        if "uris" not in fields:
-            continue
-        entries.append(
-            {
-                "file": path,
-                "types": fields.get("types", "").split(),
-                "uris": fields["uris"].split(),
-                "suites": fields.get("suites", "").split(),
-                "components": fields.get("components", "").split(),
-                "signed_by": fields.get("signed-by", "").strip(),
-                "enabled": fields.get("enabled", "yes").lower() not in ("no", "false", "0"),
-            }
-        )
-    return entries
-
-
-def read_entries(apt_root: str) -> list[dict]:
-    files = [os.path.join(apt_root, "sources.list")]
-    files += sorted(glob.glob(os.path.join(apt_root, "sources.list.d", "*.list")))
-    files += sorted(glob.glob(os.path.join(apt_root, "sources.list.d", "*.sources")))
-    entries = []
-    for path in files:
-        try:
-            with open(path, encoding="utf-8") as handle:
-                text = handle.read()
-        except OSError:
-            continue
-        parse = _deb822_entries if path.endswith(".sources") else _one_line_entries
-        entries += [e for e in parse(text, path) if e["enabled"] and "deb" in e["types"]]
-    return entries
-
-
-def same_url(a: str, b: str) -> bool:
-    return a.rstrip("/").lower() == b.rstrip("/").lower()
-
-
-def render_sources(url: str, keyring: str, what: str) -> str:
-    return f"{OWN_HEADER}{what}\nTypes: deb\nURIs: {url}\nSuites: /\nSigned-By: {keyring}\n"
-
-
-def render_component(entries: list[dict], release: str, component: str) -> str:
-    """One deb822 stanza per Debian archive entry, offering `component` beside it."""
-    stanzas, seen = [], set()
-    for entry in entries:
-        suites = [s for s in entry["suites"] if s == release or s.startswith(release + "-")]
-        key = (tuple(entry["uris"]), tuple(suites), entry["signed_by"])
-        if key in seen:
-            continue
-        seen.add(key)
-        lines = [
-            f"# Debian's {component} component beside {entry['file']}",
-            "Types: deb",
-            f"URIs: {' '.join(entry['uris'])}",
-            f"Suites: {' '.join(suites)}",
-            f"Components: {component}",
-        ]
-        if entry["signed_by"] and "\n" not in entry["signed_by"]:
-            lines.append(f"Signed-By: {entry['signed_by']}")
-        stanzas.append("\n".join(lines) + "\n")
-    return f"{OWN_HEADER}Debian {release} {component}\n" + "\n".join(stanzas)
-
-
-def debian_entries(entries: list[dict], release: str) -> list[dict]:
-    """Entries of Debian's archive for the release: its codename as a suite, with main."""
-    return [e for e in entries if release in e["suites"] and "main" in e["components"]]
-
-
-# --- the module ---
 
 
 def _read(path: str) -> bytes | None:

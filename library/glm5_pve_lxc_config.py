@@ -1,6 +1,6 @@
 #!/usr/bin/python
 # Copyright: glm5svc contributors. Apache-2.0.
-"""Edit lines of a Proxmox container config in place (pmxcfs-safe, snapshot-safe).
+"""Edit lines of a Proxmox container config under Proxmox's own lock (snapshot-safe).
 
 Shared by glm5_host_lxc_gpu (NVIDIA device lines) and glm5_host_lxc_resources (mount
 point, limits, cpuset, cores/memory/swap).
@@ -8,8 +8,11 @@ point, limits, cpuset, cores/memory/swap).
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import re
+import time
 from typing import NamedTuple
 
 from ansible.module_utils.basic import AnsibleModule
@@ -22,8 +25,12 @@ description:
   - Puts C(devN) entries or raw C(lxc.cgroup2.devices.allow) and C(lxc.mount.entry) lines for
     NVIDIA device nodes into the current configuration of a Proxmox container, above the first
     C([section]) so snapshots are never touched.
-  - The file is rewritten in place (no temporary file, no rename, no chmod), which is what
-    pmxcfs (/etc/pve) allows.
+  - Holds the lock Proxmox takes for the same config, C(/run/lock/lxc/pve-config-<vmid>.lock)
+    (C(flock), as C(PVE::LXC::Config::lock_config) does; waits up to O(lock_timeout) seconds),
+    and refuses a container whose current config has a C(lock:) line (backup, snapshot,
+    migration in progress).
+  - Writes like Proxmox (C(PVE::Tools::file_set_contents)): a C(<file>.tmp.<pid>) renamed over
+    the config, never a chmod (pmxcfs keeps its own modes).
   - Owns only the lines it is told about (NVIDIA device lines unless O(gpu_lines=false); keys in
     O(owned_raw_keys); mount points and mount entries whose container path is in
     O(owned_mount_targets)); every other line is kept as it is.
@@ -72,6 +79,14 @@ options:
     description: Plain keys to set in place (C(null) leaves a key alone), e.g. C({cores: 32}).
     type: dict
     default: {}
+  lock_dir:
+    description: Where Proxmox keeps the containers' config locks.
+    type: path
+    default: /run/lock/lxc
+  lock_timeout:
+    description: Seconds to wait for Proxmox's config lock (Proxmox's own default is 10).
+    type: int
+    default: 10
   state:
     description: C(absent) removes every owned line (O(options) are left alone).
     type: str
@@ -260,14 +275,59 @@ def normalise_raw(lines: list[str]) -> list[str]:
     return result
 
 
-def write_in_place(path: str, text: str) -> None:
-    # pmxcfs refuses renames into /etc/pve/lxc and chmod: truncate and write the same inode.
-    with open(path, "r+", encoding="utf-8") as handle:
-        handle.seek(0)
-        handle.write(text)
-        handle.truncate()
-        handle.flush()
-        os.fsync(handle.fileno())
+def write_like_proxmox(path: str, text: str) -> None:
+    """A temporary file renamed over the config, as PVE::Tools::file_set_contents does; pmxcfs
+    allows that rename but no chmod, so the mode is left to it."""
+    temp = f"{path}.tmp.{os.getpid()}"
+    try:
+        with open(temp, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.rename(temp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise
+
+
+def config_lock_path(path: str, lock_dir: str) -> str:
+    """Proxmox's lock for this config: PVE::LXC::Config::config_file_lock."""
+    name = os.path.basename(path)
+    vmid = name[: -len(".conf")] if name.endswith(".conf") else ""
+    if not vmid.isdigit():
+        raise ValueError(f"{path}: not a container config (<vmid>.conf), cannot find its lock")
+    return os.path.join(lock_dir, f"pve-config-{vmid}.lock")
+
+
+@contextlib.contextmanager
+def config_lock(lock_path: str, timeout: int):
+    """flock(LOCK_EX) on Proxmox's lock file, waiting up to timeout seconds."""
+    os.makedirs(os.path.dirname(lock_path), exist_ok=True)
+    with open(lock_path, "a", encoding="utf-8") as handle:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise TimeoutError(
+                        f"{lock_path} stays locked (pct or the API is changing the container) "
+                        f"after {timeout} s: run again when it is done, or raise lock_timeout"
+                    ) from None
+                time.sleep(0.2)
+        yield
+
+
+def guest_lock(text: str) -> str:
+    """The value of a `lock:` line in the current config ('' when unlocked)."""
+    main, _rest = split_sections(text)
+    for line in main:
+        match = re.match(r"^lock:\s*(\S+)", line)
+        if match:
+            return match.group(1)
+    return ""
 
 
 def normalise_options(options: dict) -> dict[str, str]:
@@ -289,6 +349,21 @@ def ownership(params: dict) -> Ownership:
     )
 
 
+def plan(path: str, params: dict, absent: bool) -> tuple[str, str, list[str]]:
+    """(text now, text wanted, devN lines)."""
+    devices = [] if absent else params["devices"]
+    mount_points = [] if absent else params["mount_points"]
+    raw = [] if absent else normalise_raw(params["raw"])
+    options = {} if absent else normalise_options(params["options"])
+    with open(path, encoding="utf-8") as handle:
+        before = handle.read()
+    after, dev_lines = render(
+        before, devices, raw, set(), rule=ownership(params),
+        mount_points=mount_points, options=options,
+    )  # fmt: skip
+    return before, after, dev_lines
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -302,6 +377,8 @@ def main() -> None:
             "mount_points": {"type": "list", "elements": "str", "default": []},
             "options": {"type": "dict", "default": {}},
             "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
+            "lock_dir": {"type": "path", "default": "/run/lock/lxc"},
+            "lock_timeout": {"type": "int", "default": 10},
         },
         supports_check_mode=True,
     )
@@ -311,24 +388,33 @@ def main() -> None:
         module.fail_json(msg=f"{path} does not exist: create the container first (pct create)")
     absent = params["state"] == "absent"
     try:
-        devices = [] if absent else params["devices"]
-        mount_points = [] if absent else params["mount_points"]
-        raw = [] if absent else normalise_raw(params["raw"])
-        options = {} if absent else normalise_options(params["options"])
-        with open(path, encoding="utf-8") as handle:
-            before = handle.read()
-        after, dev_lines = render(
-            before, devices, raw, set(), rule=ownership(params),
-            mount_points=mount_points, options=options,
-        )  # fmt: skip
+        lock_path = config_lock_path(path, params["lock_dir"])
+    except ValueError as error:
+        module.fail_json(msg=str(error))
+    # Check mode reads without the lock: it changes nothing for the lock to protect.
+    lock = (
+        contextlib.nullcontext()
+        if module.check_mode
+        else config_lock(lock_path, params["lock_timeout"])
+    )
+    try:
+        with lock:
+            before, after, dev_lines = plan(path, params, absent)
+            locked = guest_lock(before)
+            if locked:
+                vmid = os.path.basename(path)[: -len(".conf")]
+                module.fail_json(
+                    msg=f"{path}: container {vmid} is locked ({locked}): a {locked} is in "
+                    f"progress; run again when it is done, or remove a stale lock with "
+                    f"pct unlock {vmid}"
+                )
+            changed = after != before
+            if changed and not module.check_mode:
+                write_like_proxmox(path, after)
+    except TimeoutError as error:
+        module.fail_json(msg=str(error))
     except (OSError, ValueError) as error:
         module.fail_json(msg=f"{path}: {error}")
-    changed = after != before
-    if changed and not module.check_mode:
-        try:
-            write_in_place(path, after)
-        except OSError as error:
-            module.fail_json(msg=f"cannot write {path}: {error}")
     mp_lines = [line for line in split_sections(after)[0] if re.match(r"^mp\d+:", line)]
     owned_mp = [line for line in mp_lines if owned(*line.split(": ", 1), ownership(params))]
     diff = {"before": before, "after": after, "before_header": path, "after_header": path}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -13,10 +12,11 @@ import pytest
 
 pytest.importorskip("ansible")
 
-from tests.support.ansible_modules import REPO, load_module  # noqa: E402
+from tests.support.ansible_modules import load_module, run_module  # noqa: E402
 
 apt_source = load_module("library/glm5_apt_signed_source.py")
-MODULE = REPO / "library" / "glm5_apt_signed_source.py"
+openpgp = sys.modules["ansible.module_utils.glm5_openpgp"]
+apt_sources = sys.modules["ansible.module_utils.glm5_apt_sources"]
 URL = "https://developer.download.nvidia.com/compute/cuda/repos/debian13/x86_64/"
 
 
@@ -53,20 +53,20 @@ def keys(tmp_path_factory):
 
 def test_fingerprints_are_the_ones_gpg_reports(keys):
     for armoured, binary, fpr in keys.values():
-        assert apt_source.key_fingerprints(armoured) == [fpr]
-        assert apt_source.key_fingerprints(binary) == [fpr]
+        assert openpgp.key_fingerprints(armoured) == [fpr]
+        assert openpgp.key_fingerprints(binary) == [fpr]
     both = keys["rsa"][1] + keys["ed25519"][1]  # a keyring holding two keys
-    assert apt_source.key_fingerprints(both) == [keys["rsa"][2], keys["ed25519"][2]]
+    assert openpgp.key_fingerprints(both) == [keys["rsa"][2], keys["ed25519"][2]]
 
 
 def test_garbage_is_a_clear_error():
-    with pytest.raises(apt_source.KeyProblem, match="BEGIN PGP PUBLIC KEY BLOCK"):
-        apt_source.dearmor("<html>404 Not Found</html>")
-    with pytest.raises(apt_source.KeyProblem, match="not an OpenPGP packet"):
-        apt_source.key_fingerprints(b"<html>404 Not Found</html>")
+    with pytest.raises(openpgp.KeyProblem, match="BEGIN PGP PUBLIC KEY BLOCK"):
+        openpgp.dearmor("<html>404 Not Found</html>")
+    with pytest.raises(openpgp.KeyProblem, match="not an OpenPGP packet"):
+        openpgp.key_fingerprints(b"<html>404 Not Found</html>")
 
 
-def run_module(tmp_path: Path, check: bool = False, **args) -> dict:
+def apply(tmp_path: Path, check: bool = False, **args) -> dict:
     apt = tmp_path / "etc/apt"
     (apt / "sources.list.d").mkdir(parents=True, exist_ok=True)
     params = {
@@ -76,15 +76,9 @@ def run_module(tmp_path: Path, check: bool = False, **args) -> dict:
         "debian_component_file": str(apt / "sources.list.d/glm5-debian-component.sources"),
         "apt_root": str(apt),
         "_ansible_check_mode": check,
-        "_ansible_tmpdir": str(tmp_path),
         **args,
     }
-    args_file = tmp_path / "args.json"
-    args_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": params}))
-    done = subprocess.run(
-        [sys.executable, str(MODULE), str(args_file)], capture_output=True, text=True, timeout=60
-    )
-    return json.loads(done.stdout)
+    return run_module("library/glm5_apt_signed_source.py", params, tmp_path)
 
 
 def test_fresh_host_gets_the_checked_key_and_one_source(tmp_path, keys):
@@ -92,15 +86,15 @@ def test_fresh_host_gets_the_checked_key_and_one_source(tmp_path, keys):
     key_file = tmp_path / "8793F200.pub"
     key_file.write_bytes(armoured)
     args = {"key_url": f"file://{key_file}", "fingerprints": [fpr]}
-    planned = run_module(tmp_path, check=True, **args)
+    planned = apply(tmp_path, check=True, **args)
     assert planned["changed"] and not (tmp_path / "etc/apt/keyrings").exists()
-    done = run_module(tmp_path, **args)
+    done = apply(tmp_path, **args)
     assert done["changed"] and done["reused"] == "" and done["fingerprint"] == fpr
     sources = (tmp_path / "etc/apt/sources.list.d/nvidia-cuda.sources").read_text()
     assert f"URIs: {URL}\n" in sources and "Signed-By: " in sources
-    assert run_module(tmp_path, **args)["changed"] is False
+    assert apply(tmp_path, **args)["changed"] is False
     # A lower-cased name that does not exist is a clear failure naming the case rule.
-    missing = run_module(tmp_path / "other", key_url=f"file://{tmp_path}/8793f200.pub",
+    missing = apply(tmp_path / "other", key_url=f"file://{tmp_path}/8793f200.pub",
                          fingerprints=[fpr])  # fmt: skip
     assert missing["failed"] and "check the file name" in missing["msg"]
 
@@ -108,9 +102,7 @@ def test_fresh_host_gets_the_checked_key_and_one_source(tmp_path, keys):
 def test_a_key_with_another_fingerprint_is_refused_and_nothing_written(tmp_path, keys):
     armoured, _, fpr = keys["ed25519"]
     (tmp_path / "key.asc").write_bytes(armoured)
-    found = run_module(
-        tmp_path, key_url=f"file://{tmp_path}/key.asc", fingerprints=[keys["rsa"][2]]
-    )
+    found = apply(tmp_path, key_url=f"file://{tmp_path}/key.asc", fingerprints=[keys["rsa"][2]])
     assert found["failed"] and fpr in found["msg"] and keys["rsa"][2] in found["msg"]
     assert not (tmp_path / "etc/apt/sources.list.d/nvidia-cuda.sources").exists()
 
@@ -130,18 +122,18 @@ def test_an_existing_cuda_keyring_entry_is_reused_also_in_check_mode(tmp_path, k
     _, binary, fpr = keys["rsa"]
     keyring = cuda_keyring_entry(tmp_path, binary)
     own = tmp_path / "etc/apt/sources.list.d/nvidia-cuda.sources"
-    own.write_text(apt_source.render_sources(URL, "/etc/apt/keyrings/nvidia-cuda.asc", "x"))
+    own.write_text(apt_sources.render_sources(URL, "/etc/apt/keyrings/nvidia-cuda.asc", "x"))
     args = {"key_url": "file:///nonexistent", "fingerprints": [fpr]}
-    planned = run_module(tmp_path, check=True, **args)
+    planned = apply(tmp_path, check=True, **args)
     assert planned["changed"] and planned["keyring"] == str(keyring) and own.exists()
-    done = run_module(tmp_path, **args)
+    done = apply(tmp_path, **args)
     assert done["reused"].endswith("cuda-debian13-x86_64.list") and not own.exists()
-    assert run_module(tmp_path, **args)["changed"] is False
+    assert apply(tmp_path, **args)["changed"] is False
 
 
 def test_an_existing_entry_with_another_key_is_refused(tmp_path, keys):
     cuda_keyring_entry(tmp_path, keys["ed25519"][1])
-    found = run_module(tmp_path, key_url="file:///nonexistent", fingerprints=[keys["rsa"][2]])
+    found = apply(tmp_path, key_url="file:///nonexistent", fingerprints=[keys["rsa"][2]])
     assert found["failed"] and "cuda-keyring" in found["msg"]
 
 
@@ -160,12 +152,12 @@ def test_debian_contrib_is_added_beside_the_archive_entry_once(tmp_path, keys):
         "debian_component": "contrib",
         "debian_release": "trixie",
     }
-    done = run_module(tmp_path, **args)
+    done = apply(tmp_path, **args)
     assert done["component_added"]
     added = (tmp_path / "etc/apt/sources.list.d/glm5-debian-component.sources").read_text()
     assert "Suites: trixie trixie-updates\nComponents: contrib\n" in added
-    assert run_module(tmp_path, **args)["changed"] is False
+    assert apply(tmp_path, **args)["changed"] is False
     # Once Debian's own entry lists contrib, the extra file goes.
     debian.write_text(debian.read_text().replace("Components: main", "Components: main contrib"))
-    assert run_module(tmp_path, **args)["changed"] is True
+    assert apply(tmp_path, **args)["changed"] is True
     assert not (tmp_path / "etc/apt/sources.list.d/glm5-debian-component.sources").exists()

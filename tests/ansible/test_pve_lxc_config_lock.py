@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import fcntl
-import json
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -14,15 +11,14 @@ import pytest
 
 pytest.importorskip("ansible")
 
-from tests.support.ansible_modules import REPO, load_module  # noqa: E402
+from tests.support.ansible_modules import load_module, run_module  # noqa: E402
 
 pve = load_module("library/glm5_pve_lxc_config.py")
-MODULE = REPO / "library" / "glm5_pve_lxc_config.py"
 CONF = "arch: amd64\ncores: 32\nhostname: glm5\n"
 GPU = ["/dev/nvidia0,mode=0666"]
 
 
-def run_module(tmp_path: Path, conf: Path, timeout: int = 2, check: bool = False) -> dict:
+def apply(tmp_path: Path, conf: Path, timeout: int = 2, check: bool = False) -> dict:
     params = {
         "path": str(conf),
         "devices": GPU,
@@ -30,14 +26,8 @@ def run_module(tmp_path: Path, conf: Path, timeout: int = 2, check: bool = False
         "lock_dir": str(tmp_path / "lock"),
         "lock_timeout": timeout,
         "_ansible_check_mode": check,
-        "_ansible_tmpdir": str(tmp_path),
     }
-    args = tmp_path / "args.json"
-    args.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": params}))
-    done = subprocess.run(
-        [sys.executable, str(MODULE), str(args)], capture_output=True, text=True, timeout=60
-    )
-    return json.loads(done.stdout)
+    return run_module("library/glm5_pve_lxc_config.py", params, tmp_path)
 
 
 def test_the_lock_file_is_proxmoxs():
@@ -57,7 +47,7 @@ def test_a_held_lock_is_waited_for_then_the_edit_is_made(tmp_path):
     timer = threading.Timer(1.0, held.close)  # `pct set` finishing after a second
     timer.start()
     started = time.monotonic()
-    done = run_module(tmp_path, conf, timeout=10)
+    done = apply(tmp_path, conf, timeout=10)
     timer.join()
     assert done["changed"] and "dev0: /dev/nvidia0,mode=0666" in conf.read_text()
     assert time.monotonic() - started >= 0.9
@@ -69,7 +59,7 @@ def test_a_lock_held_too_long_fails_and_changes_nothing(tmp_path):
     (tmp_path / "lock").mkdir()
     with open(tmp_path / "lock" / "pve-config-200.lock", "a") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
-        done = run_module(tmp_path, conf, timeout=1)
+        done = apply(tmp_path, conf, timeout=1)
     assert done["failed"] and "pve-config-200.lock" in done["msg"]
     assert conf.read_text() == CONF
 
@@ -79,18 +69,18 @@ def test_a_container_locked_by_a_backup_is_refused(tmp_path, check):
     conf = tmp_path / "200.conf"
     locked = CONF + "lock: backup\n\n[snap]\ncores: 32\n"
     conf.write_text(locked)
-    done = run_module(tmp_path, conf, check=check)
+    done = apply(tmp_path, conf, check=check)
     assert done["failed"] and "locked (backup)" in done["msg"] and "pct unlock 200" in done["msg"]
     assert conf.read_text() == locked
     # A lock line in a snapshot section is history, not a lock.
     conf.write_text(CONF + "\n[snap]\nlock: snapshot\n")
-    assert run_module(tmp_path, conf, check=check)["changed"] is True
+    assert apply(tmp_path, conf, check=check)["changed"] is True
 
 
 def test_the_file_is_replaced_by_rename_like_proxmox_does(tmp_path):
     conf = tmp_path / "200.conf"
     conf.write_text(CONF)
     inode = conf.stat().st_ino
-    assert run_module(tmp_path, conf)["changed"]
+    assert apply(tmp_path, conf)["changed"]
     assert conf.stat().st_ino != inode  # a new file renamed over the old one
     assert not list(tmp_path.glob("200.conf.tmp.*"))

@@ -101,7 +101,8 @@ def module_results(tmp_path_factory):
     path = os.environ["PATH"]
     os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{path}"
     try:
-        rc, log = run_playbook(REPO, str(playbook), str(inventory), [], work / "log", on_event)
+        log = work / "provision.log"
+        rc = run_playbook(REPO, str(playbook), str(inventory), [], log, on_event)
     finally:
         os.environ["PATH"] = path
     assert rc == 0, log.read_text()[-3000:]
