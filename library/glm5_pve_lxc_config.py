@@ -9,13 +9,12 @@ point, limits, cpuset, cores/memory/swap).
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import re
-import time
 from typing import NamedTuple
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.glm5_pve_files import config_lock, config_lock_path, write_like_proxmox
 
 DOCUMENTATION = r"""
 ---
@@ -273,51 +272,6 @@ def normalise_raw(lines: list[str]) -> list[str]:
             raise ValueError(f"raw line {line!r} is not 'lxc.<key>: <value>'")
         result.append(f"{match['key']}: {match['value']}")
     return result
-
-
-def write_like_proxmox(path: str, text: str) -> None:
-    """A temporary file renamed over the config, as PVE::Tools::file_set_contents does; pmxcfs
-    allows that rename but no chmod, so the mode is left to it."""
-    temp = f"{path}.tmp.{os.getpid()}"
-    try:
-        with open(temp, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.rename(temp, path)
-    except OSError:
-        with contextlib.suppress(OSError):
-            os.unlink(temp)
-        raise
-
-
-def config_lock_path(path: str, lock_dir: str) -> str:
-    """Proxmox's lock for this config: PVE::LXC::Config::config_file_lock."""
-    name = os.path.basename(path)
-    vmid = name[: -len(".conf")] if name.endswith(".conf") else ""
-    if not vmid.isdigit():
-        raise ValueError(f"{path}: not a container config (<vmid>.conf), cannot find its lock")
-    return os.path.join(lock_dir, f"pve-config-{vmid}.lock")
-
-
-@contextlib.contextmanager
-def config_lock(lock_path: str, timeout: int):
-    """flock(LOCK_EX) on Proxmox's lock file, waiting up to timeout seconds."""
-    os.makedirs(os.path.dirname(lock_path), exist_ok=True)
-    with open(lock_path, "a", encoding="utf-8") as handle:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise TimeoutError(
-                        f"{lock_path} stays locked (pct or the API is changing the container) "
-                        f"after {timeout} s: run again when it is done, or raise lock_timeout"
-                    ) from None
-                time.sleep(0.2)
-        yield
 
 
 def guest_lock(text: str) -> str:
