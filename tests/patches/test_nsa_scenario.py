@@ -16,10 +16,11 @@ from pathlib import Path
 
 import pytest
 
+from glm5svc.profiles import load_profile
 from lab.gpu import nsa_scenario as nsa
 from testkit.engine import free_port
 
-from .conftest import REPO, snapshot
+from .conftest import snapshot
 
 NVLS_OFF = dict(nsa.REQUIRED_ENV)
 CRASH = "AttributeError: 'PrefillMetadata' object has no attribute 'page_table_1_flattened'"
@@ -119,15 +120,12 @@ print(json.dumps(vars(parser.parse_args(sys.argv[1:])), default=str))
 """
 
 
-@pytest.mark.slow  # builds (once per machine) a CPU venv with sglang 0.5.11's parser
-def test_flags_are_accepted_by_the_real_0_5_11_parser(tmp_path):
-    dest = REPO / ".cache" / "venvs" / "sglang-parser-0.5.11"
-    subprocess.run(
-        [str(REPO / "scripts" / "sglang-parser-venv.sh"), str(dest), "0.5.11"], check=True
-    )
+@pytest.mark.slow  # the parser venvs are built once per machine (tests/conftest.py)
+def test_flags_are_accepted_by_the_real_0_5_11_parser(sglang_parser_pythons, tmp_path):
+    assert load_profile("cu130").sglang_version == "0.5.11"
     flags = nsa.server_flags(tmp_path, 31000)
     proc = subprocess.run(
-        [str(dest / "bin" / "python"), "-c", PARSE, *flags],
+        [str(sglang_parser_pythons["cu130"]), "-c", PARSE, *flags],
         capture_output=True,
         text=True,
         timeout=240,
