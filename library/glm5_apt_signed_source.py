@@ -34,7 +34,8 @@ description:
     the key's OpenPGP fingerprint is one of C(fingerprints), and writes a deb822 sources file with
     C(Signed-By) that key.
   - Optionally makes sure Debian's own archive offers a component (C(contrib)): when no Debian
-    entry for the release lists it, a sources file with that component beside it is written.
+    entry for the release lists it, a sources file with that component beside it is written;
+    without any Debian entry for the release, it only says so (C(component_note)).
   - Supports check mode (reports what it would change) and diff.
 options:
   url:
@@ -102,6 +103,10 @@ component_added:
   description: Whether a sources file for the Debian component is (or would be) written.
   returned: always
   type: bool
+component_note:
+  description: What was done about the Debian component, or why nothing could be ('' if nothing).
+  returned: always
+  type: str
 """
 
 
@@ -179,7 +184,13 @@ def main() -> None:
         for e in entries
         if e["file"] not in own_files and any(same_url(u, p["url"]) for u in e["uris"])
     ]
-    result = {"changed": False, "reused": "", "component_added": False, "diff": []}
+    result = {
+        "changed": False,
+        "reused": "",
+        "component_added": False,
+        "component_note": "",
+        "diff": [],
+    }
 
     if others and not p["reuse_existing"]:
         module.fail_json(
@@ -260,16 +271,23 @@ def main() -> None:
             e for e in debian_entries(entries, release) if e["file"] != p["debian_component_file"]
         ]
         have = any(component in e["components"] for e in debian)
-        if not debian and not have:
-            module.fail_json(
-                msg=f"no Debian archive entry for {release} (suite {release} with main) in "
-                f"{p['apt_root']}: cannot add '{component}' beside it; add Debian's archive"
+        if not debian:
+            result["component_note"] = (
+                f"no entry of Debian's archive for {release} (suite {release} with main) in "
+                f"{p['apt_root']}: '{component}' not added; packages that need it (NVIDIA's "
+                "depend on nvidia-support) install only once Debian's archive is configured"
             )
+            module.exit_json(**result)
         current = _read(p["debian_component_file"])
         wanted_file = None if have else render_component(debian, release, component).encode()
         if current != wanted_file:
             result["changed"] = True
             result["component_added"] = wanted_file is not None
+            if wanted_file is not None:
+                result["component_note"] = (
+                    f"Debian's {component} added in {p['debian_component_file']} beside "
+                    f"{debian[0]['file']}"
+                )
             result["diff"].append(
                 {
                     "before_header": p["debian_component_file"],

@@ -2,7 +2,7 @@
 # Gives one target what a Proxmox VE host has and this machine lacks, written
 # from the controller straight into its root file system (one call per target
 # instead of a task per file through the container connection).
-# Usage: prepare_target.sh <rootfs> <repo dir> <pve-container version> <kernel cmdline> <grub|systemd-boot>
+# Usage: prepare_target.sh <rootfs> <repo dir> <pve-container version> <kernel cmdline> <zfs-grub|systemd-boot>
 set -eu
 root=$1 repo=$2 pve_container=$3 cmdline=$4 boot=$5
 here=$(cd "$(dirname "$0")" && pwd)
@@ -12,10 +12,8 @@ rm -rf "$root/srv/glm5-stand-in-nvidia-repo"
 mkdir -p "$root/srv/glm5-stand-in-nvidia-repo"
 cp -a "$repo/." "$root/srv/glm5-stand-in-nvidia-repo/"
 
-# Only the stand-in repository: the role's apt update then needs no network
-# (Debian's archive stays reachable for anything else, but flaky mirrors would
-# make the test flaky).
-[ -f "$root/etc/apt/sources.list" ] && mv "$root/etc/apt/sources.list" "$root/etc/apt/sources.list.glm5-test-off"
+# Only stand-in repositories: the role's apt update then needs no network.
+"$here/../shared/stand_in_debian.sh" "$root" "$repo"
 
 # Stand-in Proxmox commands.
 install -m 0755 "$here/stand-ins/pct.sh" "$root/usr/local/sbin/pct"
@@ -45,9 +43,14 @@ GRUB_DISTRIBUTOR="Proxmox VE"
 GRUB_CMDLINE_LINUX_DEFAULT="quiet intel_iommu=on"
 GRUB_CMDLINE_LINUX=""
 G
-# /etc/kernel/cmdline makes the role pick systemd-boot (proxmox-boot-tool).
-rm -f "$root/etc/kernel/cmdline"
+# Both layouts are ZFS installs, so both have /etc/kernel/cmdline (the installer writes it on
+# every ZFS install); proxmox-boot-tool status says which loader the ESPs carry.
+mkdir -p "$root/etc/kernel"
+echo "root=ZFS=rpool/ROOT/pve-1 boot=zfs" > "$root/etc/kernel/cmdline"
 if [ "$boot" = systemd-boot ]; then
-  mkdir -p "$root/etc/kernel"
-  echo "root=ZFS=rpool/ROOT/pve-1 boot=zfs" > "$root/etc/kernel/cmdline"
+  printf 'System currently booted with uefi\n7E3A-1F2B is configured with: uefi (versions: 6.14.8-2-pve)\n' \
+    > "$stand_in/boot-status"
+else  # ZFS with GRUB: legacy BIOS (or Secure Boot)
+  printf 'System currently booted with legacy bios\nD91B-B982 is configured with: grub (versions: 6.8.12-4-pve)\n' \
+    > "$stand_in/boot-status"
 fi

@@ -161,3 +161,17 @@ def test_debian_contrib_is_added_beside_the_archive_entry_once(tmp_path, keys):
     debian.write_text(debian.read_text().replace("Components: main", "Components: main contrib"))
     assert apply(tmp_path, **args)["changed"] is True
     assert not (tmp_path / "etc/apt/sources.list.d/glm5-debian-component.sources").exists()
+
+
+def test_without_debians_archive_listed_it_only_says_so(tmp_path, keys):
+    armoured, _, fpr = keys["rsa"]
+    (tmp_path / "key.asc").write_bytes(armoured)
+    done = apply(
+        tmp_path,
+        key_url=f"file://{tmp_path}/key.asc",
+        fingerprints=[fpr],
+        debian_component="contrib",
+        debian_release="trixie",
+    )
+    assert "failed" not in done and not done["component_added"]
+    assert "no entry of Debian's archive for trixie" in done["component_note"]

@@ -28,6 +28,8 @@ def test_molecule_host_scenario():
             "Check the units and that they created the nodes",
             "Check every node inside (right numbers, and the cgroup lets it through)",
             "Check that nothing was written",
+            "Check that the locked container was refused and left alone",
+            "Check that 580 on Debian 13 failed at the first task with reason and fix",
         ),
     )
     # The return code covers every step of the test sequence (idempotence included).

@@ -23,6 +23,7 @@ def test_molecule_container_scenario():
     words = run_scenario(
         "container",
         (
+            "Check apt is clean, the entries, the branch and where CUDA 12.8 came from",
             "Check that it is a notify unit whose main process is glm5svc",
             "Check that every patch is applied to sglang 0.5.10.post1",
             "Check that the bad value failed clearly and the old file stayed",
