@@ -382,13 +382,23 @@ def write_h200_config(
     return dest
 
 
+def glm5svc_argv(config: Path, *args: str) -> list[str]:
+    return [sys.executable, "-m", "glm5svc", "--config", str(config), *args]
+
+
+def run_glm5svc(config: Path, env: dict[str, str], *args: str, timeout: float = 120):
+    """A glm5svc command with this run's configuration, its output captured."""
+    return subprocess.run(
+        glm5svc_argv(config, *args), env=env, cwd=REPO, capture_output=True, text=True,
+        timeout=timeout,
+    )  # fmt: skip
+
+
 def plan_launch(config: Path, env: dict[str, str], port: int) -> tuple[list[str], dict[str, str]]:
     """The server the service's plan starts (argv and environment), on another port: the
     bare side of the comparison."""
-    plan = subprocess.run(
-        [sys.executable, "-m", "glm5svc", "--config", str(config), "command", "--json"],
-        env=env, cwd=REPO, capture_output=True, text=True, check=True,
-    )  # fmt: skip
+    plan = run_glm5svc(config, env, "command", "--json")
+    plan.check_returncode()
     summary = json.loads(plan.stdout)
     argv = summary["argv"]
     argv[argv.index("--port") + 1] = str(port)
@@ -429,14 +439,7 @@ def scenario_service(out: Path, env: dict[str, str], deadline: Deadline, results
     recorded = out / "recorded"
     recorded.mkdir(exist_ok=True)
 
-    pre = subprocess.run(
-        [sys.executable, "-m", "glm5svc", "--config", str(config), "preflight"],
-        env=env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    pre = run_glm5svc(config, env, "preflight")
     (recorded / "preflight.txt").write_text(pre.stdout + pre.stderr)
     results["preflight"] = {"exit": pre.returncode, "tail": (pre.stdout + pre.stderr)[-3000:]}
     if pre.returncode != 0:
@@ -445,19 +448,12 @@ def scenario_service(out: Path, env: dict[str, str], deadline: Deadline, results
         settings["service"]["run_preflight"] = False
         config.write_text(yaml.safe_dump(settings, sort_keys=False))
         results["preflight"]["serve_without_preflight"] = True
-    plan = subprocess.run(
-        [sys.executable, "-m", "glm5svc", "--config", str(config), "command", "--explain"],
-        env=env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    plan = run_glm5svc(config, env, "command", "--explain")
     (recorded / "command-explain.txt").write_text(plan.stdout + plan.stderr)
 
     notify = NotifySocket(out / "notify.sock")
     serve_env = dict(env, NOTIFY_SOCKET=str(notify.path))
-    serve_argv = [sys.executable, "-m", "glm5svc", "--config", str(config), "serve"]
+    serve_argv = glm5svc_argv(config, "serve")
     serve = Process("serve", serve_argv, serve_env, recorded)
     bare_argv, bare_env = plan_launch(config, env, BARE_PORT)
     bare = Process("bare", bare_argv, bare_env, recorded)
@@ -523,33 +519,24 @@ def scenario_service(out: Path, env: dict[str, str], deadline: Deadline, results
 
     # glm5svc bench over a ladder, telemetry per level.
     if deadline.left() > 300:
-        ladder = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "glm5svc",
-                "--config",
-                str(config),
-                "bench",
-                "--python",
-                BENCH_PYTHON,
-                "--ladder",
-                "16",
-                "32",
-                "64",
-                "128",
-                "--input-len",
-                "256",
-                "--output-len",
-                "128",
-                "--num-prompts",
-                "256",
-                "--json",
-            ],
-            env=env,
-            cwd=REPO,
-            capture_output=True,
-            text=True,
+        ladder = run_glm5svc(
+            config,
+            env,
+            "bench",
+            "--python",
+            BENCH_PYTHON,
+            "--ladder",
+            "16",
+            "32",
+            "64",
+            "128",
+            "--input-len",
+            "256",
+            "--output-len",
+            "128",
+            "--num-prompts",
+            "256",
+            "--json",
             timeout=min(200, deadline.left() - 100),
         )
         (recorded / "glm5svc-bench.txt").write_text(ladder.stdout[-20000:] + ladder.stderr[-20000:])
@@ -592,7 +579,7 @@ def scenario_service(out: Path, env: dict[str, str], deadline: Deadline, results
 def start_serve(name: str, config: Path, env: dict[str, str], recorded: Path, wait_s: float):
     """`glm5svc serve` with a notify socket of its own, waited on until READY=1 (or not)."""
     notify = NotifySocket(recorded.parent / f"notify-{name}.sock")
-    argv = [sys.executable, "-m", "glm5svc", "--config", str(config), "serve"]
+    argv = glm5svc_argv(config, "serve")
     serve = Process(name, argv, dict(env, NOTIFY_SOCKET=str(notify.path)), recorded)
     wait = Deadline(wait_s)
     while notify.first("READY=1") is None and not wait.expired() and serve.proc.poll() is None:
