@@ -21,6 +21,8 @@ Behaviour is chosen with --test-mode or $TEST_ENGINE_MODE: comma-separated items
                         after the launcher dies (as children tearing down CUDA do)
   drain-check=SECONDS   how often a draining launcher counts what is left (default 0.5;
                         sglang 0.5.11 checks every 5 s)
+  health-wait=SECONDS   how long /health and /health_generate wait after their one-token
+                        generation (default 0; sglang 0.5.11 waits 1 s)
 Stopping, as sglang 0.5.11 does: SIGTERM to the launcher alone drains (health answers
 503, requests in flight finish, then it ends its scheduler child and exits 0); a SIGTERM
 that also reaches the scheduler child (a group-wide signal) kills it, and the launcher's
@@ -327,19 +329,18 @@ class Server:
                 self.log.line("Decode batch stuck: no progress (test engine wedged)", 0)
 
     # --- HTTP --------------------------------------------------------------------
-    async def health(self, request):
+    async def health_generate(self, request):
+        """sglang 0.5.11 serves /health and /health_generate with this one handler: 503 while
+        starting or draining, else one single-token generation, answered after
+        `health-wait` seconds (sglang sleeps 1 s before looking; default 0 here)."""
         if not self.ready or self.gracefully_exit:
             return web.Response(status=503, text="starting")
         if self.wedged():
             await asyncio.sleep(3600)
-        return web.Response(text="")
-
-    async def health_generate(self, request):
-        if not self.ready or self.gracefully_exit:
-            return web.Response(status=503, text="starting")
         job = Request(prompt_tokens=1, max_new=1)
         self.engine.submit(job)
         await job.queue.get()
+        await asyncio.sleep(float(self.mode.get("health-wait", 0)))
         return web.Response(text="")
 
     async def generate(self, request):
@@ -463,7 +464,7 @@ class Server:
         app = web.Application(
             client_max_size=64 * 1024 * 1024, middlewares=[self.api_key_middleware]
         )
-        app.router.add_get("/health", self.health)
+        app.router.add_get("/health", self.health_generate)
         app.router.add_get("/health_generate", self.health_generate)
         app.router.add_post("/generate", self.generate)
         for path in ("/get_server_info", "/server_info"):

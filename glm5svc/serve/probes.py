@@ -43,12 +43,9 @@ class EngineClient:
         except urllib.error.HTTPError as exc:
             return exc.code, exc.read()
 
-    def health(self, timeout: float) -> ProbeResult:
-        """/health: the HTTP server and its tokenizer manager answer (no generation)."""
-        return self._status_probe("/health", timeout)
-
     def health_generate(self, timeout: float) -> ProbeResult:
-        """/health_generate: sglang runs a one-token generation (about 1 s in 0.5.11)."""
+        """/health_generate: sglang runs a one-token generation and waits a second before
+        looking at the answer (0.5.11; its /health is the same handler)."""
         return self._status_probe("/health_generate", timeout)
 
     def _status_probe(self, path: str, timeout: float) -> ProbeResult:

@@ -5,9 +5,9 @@ down and exit non-zero with a diagnosis (restarting is systemd's job). One loop 
 the state: the output reader, the probe threads and the post-start hook report on a
 queue and only this loop decides and writes `SupervisorState`. Loading times out on
 *stalls*, not on total time (Ollama's rule). READY=1 only after our own child printed
-its ready line, holds the engine port, passes /health_generate and returns text from
-one real generation. WATCHDOG=1 comes from this loop and stops when the engine is
-dead or wedged. Every way out of `run()` ends the engine's process group.
+its ready line (or, at log levels that hide it, passed /health_generate), holds the engine
+port and returns text from one real generation. WATCHDOG=1 comes from this loop and stops
+when the engine is dead or wedged. Every way out of `run()` ends the engine's process group.
 
 Stopping is sglang's own drain: SIGTERM to the launcher only (sglang 0.5.11's
 `SignalHandler.sigterm_handler` sets `gracefully_exit`, answers /health 503, waits
@@ -114,7 +114,8 @@ class ReadinessChecked:
 
 @dataclass(frozen=True)
 class HealthPassed:
-    """Start-up: /health_generate answered; the generation check comes next."""
+    """Start-up: sglang is up (its ready line, or /health_generate); the generation check
+    comes next."""
 
 
 @dataclass(frozen=True)
@@ -346,11 +347,12 @@ class Supervisor:
             self.events.put(ReadinessChecked(port, at=time.monotonic()))
             return
         # sglang prints its ready line only after its own warm-up generation succeeded, so
-        # once our child printed it, /health suffices before our own generation check:
-        # /health_generate waits about a second inside sglang 0.5.11 (recorded on an H200,
-        # tests/fixtures/real_engine/) and would hold READY back by that much.
+        # once our child printed it the generation check comes next. sglang 0.5.11 serves
+        # /health and /health_generate with one handler that sleeps a whole second before
+        # looking (http_server.py, health_generate): asking it would hold READY back by that
+        # second (recorded on an H200, tests/fixtures/real_engine/sglang-0.5.11-h200-drain).
         if own_ready_line:
-            health = self.client.health(timeout)
+            health = ProbeResult(True, "sglang's ready line (its warm-up generation passed)")
         else:
             health = self.client.health_generate(timeout)
         generation = None
