@@ -36,12 +36,12 @@ token usage: 0.02, #running-req: 0, #queue-req: 0, #pending-token: 0,
   File "/site/sglang/srt/managers/scheduler.py", line 3930, in run_scheduler_process
     scheduler.event_loop_overlap()
   File "/site/sglang/srt/models/deepseek_common/attention_forward_methods/forward_mha.py", \
-line 467, in _get_mla_kv_buffer_from_fp8_for_nsa
+line 470, in _get_mla_kv_buffer_from_fp8_for_nsa
     kv_indices = backend.forward_metadata.page_table_1_flattened
                  ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^
 {CRASH}
 
-[2026-12-01 03:00:11] Received sigquit from a child process. It usually means the child failed.
+[2026-12-01 03:00:11] SIGQUIT received. signum=None, frame=None. It usually means one child failed.
 """
 
 
@@ -237,12 +237,21 @@ RECORDED_NSA = (
 
 
 def test_recorded_h200_runs_read_as_what_happened():
-    """sglang 0.5.11 on an H200 (2026-12-01): the unpatched start was still compiling when
-    its time ran out (no failure line), the patched one served batches past the threshold."""
+    """sglang 0.5.11 on an H200 (2026-12-01, run 05:43-05:49 UTC): unpatched, the first wave
+    sharing the cached prefix crashed the scheduler (one request served, 64 failed); patched,
+    the same workload served prefill batches past the one-shot threshold."""
     unpatched = (RECORDED_NSA / "nsa-unpatched.log").read_text()
     patched = (RECORDED_NSA / "nsa-patched.log").read_text()
-    assert nsa.find_signature(unpatched) is None
+    assert nsa.find_signature(unpatched) == CRASH
     assert nsa.find_signature(patched) is None
+    # The crash struck in the batch after the priming request's, before that batch was logged.
+    assert nsa.prefill_batches(unpatched)["batches_over_threshold"] == 0
+    before_crash = unpatched.split("Scheduler hit an exception")[0]
+    assert nsa.READY_LINE in before_crash and CRASH not in before_crash
     batches = nsa.prefill_batches(patched)
-    assert batches["batches_over_threshold"] >= 1 and batches["max_cached_tokens_in_batch"] >= 8192
-    assert nsa.prefill_batches(unpatched)["prefill_batches"] == 0
+    assert batches["batches_over_threshold"] >= 1
+    assert batches["max_cached_tokens_in_batch"] >= nsa.CHUNKED_PREFIX_THRESHOLD
+    recorded = json.loads((RECORDED_NSA / "results.json").read_text())["nsa"]["nsa"]
+    assert recorded["unpatched"]["crashed"] and recorded["unpatched"]["signature"] == CRASH
+    assert not recorded["patched"]["crashed"] and recorded["patched"]["requests_failed"] == 0
+    assert recorded["patched"]["batches_over_threshold"] == batches["batches_over_threshold"]
