@@ -57,6 +57,14 @@ from aiohttp import web
 MODEL_CLASS = "GlmMoeDsaForCausalLM"
 WORDS = ("Paris", " is", " the", " capital", " of", " France", ".", " It", " has", " a")
 
+SITE = "/opt/glm5/venv/lib/python3.11/site-packages/"
+MHA = "sglang/srt/models/deepseek_common/attention_forward_methods/forward_mha.py"
+TRACEBACK = "Traceback (most recent call last):"
+# sglang 0.5.11: the scheduler logs its exception with this header (run_scheduler_process),
+# then signals the launcher, whose SIGQUIT handler logs the last line and ends the tree.
+SCHEDULER_EXCEPTION = f"Scheduler hit an exception: {TRACEBACK}"
+SIGQUIT_LINE = "SIGQUIT received. signum=None, frame=None. It usually means one child failed."
+
 # Crash signatures: phase where they strike, and the log excerpt (as real servers print it).
 CRASHES = {
     "cuda-init": (
@@ -127,14 +135,36 @@ CRASHES = {
             "ncclUnhandledCudaError: Call to CUDA function failed.",
         ],
     ),
+    # sglang 0.5.11's own frames (recorded on an H200: tests/fixtures/real_engine/
+    # sglang-0.5.11-h200-nsa/nsa-unpatched.log), the torch wrapper frames left out.
     "prefill-metadata": (
         "generate",
         [
             "Traceback (most recent call last):",
-            '  File "/opt/glm5/venv/lib/python3.11/site-packages/sglang/srt/models/'
-            'deepseek_common/attention_forward_methods/forward_mha.py", line 214, in '
-            "forward_normal_one_shot_prepare",
+            f'  File "{SITE}sglang/srt/managers/scheduler.py", line 3934, in run_scheduler_process',
+            "    scheduler.run_event_loop()",
+            f'  File "{SITE}sglang/srt/managers/scheduler.py", line 1565, in event_loop_overlap',
+            "    batch_result = self.run_batch(batch)",
+            "                   ^^^^^^^^^^^^^^^^^^^^^",
+            f'  File "{SITE}sglang/srt/managers/scheduler.py", line 2947, in run_batch',
+            "    batch_result = self.model_worker.forward_batch_generation(",
+            "                   ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^",
+            f'  File "{SITE}sglang/srt/model_executor/model_runner.py", line 3063, in '
+            "forward_extend",
+            "    ret = self.model.forward(",
+            "          ^^^^^^^^^^^^^^^^^^^",
+            f'  File "{SITE}sglang/srt/models/deepseek_v2.py", line 1486, in forward_prepare',
+            "    inner_state = self.forward_normal_one_shot_prepare(",
+            "                  ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^",
+            f'  File "{SITE}{MHA}", line 342, in forward_normal_one_shot_prepare',
+            "    return self.forward_normal_prepare(",
+            "           ^^^^^^^^^^^^^^^^^^^^^^^^^^^^",
+            f'  File "{SITE}{MHA}", line 233, in forward_normal_prepare',
+            "    kv_a, k_pe = self._get_mla_kv_buffer_from_fp8_for_nsa(forward_batch)",
+            "                 ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^",
+            f'  File "{SITE}{MHA}", line 470, in _get_mla_kv_buffer_from_fp8_for_nsa',
             "    kv_indices = backend.forward_metadata.page_table_1_flattened",
+            "                 ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^",
             "AttributeError: 'PrefillMetadata' object has no attribute 'page_table_1_flattened'",
         ],
     ),
@@ -306,10 +336,20 @@ class Server:
         name = self.mode.get("crash")
         if not name or CRASHES.get(name, ("", []))[0] != where:
             return
-        for line in CRASHES[name][1]:
-            self.log.raw(line)
-        self.log.line("Scheduler hit an exception. See the traceback above.", 3)
-        self.log.line("Received sigquit from a child process. It usually means the child failed.")
+        lines = CRASHES[name][1]
+        rank = self.log.ranks - 1 if self.log.ranks > 1 else None
+        if TRACEBACK in lines:
+            at = lines.index(TRACEBACK)
+            for line in lines[:at]:
+                self.log.line(line, rank)
+            self.log.line(SCHEDULER_EXCEPTION, rank)
+            for line in lines[at + 1 :]:
+                self.log.raw(line)
+            self.log.raw("")
+        else:
+            for line in lines:
+                self.log.raw(line)
+        self.log.line(SIGQUIT_LINE)
         sys.stdout.flush()
         os._exit(1)
 
@@ -597,7 +637,7 @@ async def watch_scheduler(rank_child: subprocess.Popen, log: Log, server: Server
         f"Subprocess scheduler_0 (pid={rank_child.pid}) crashed with exit code {code}. "
         "Triggering SIGQUIT for cleanup..."
     )
-    log.line("SIGQUIT received. signum=None, frame=None. It usually means one child failed.")
+    log.line(SIGQUIT_LINE)
     sys.stdout.flush()
     os._exit(1)
 

@@ -62,9 +62,14 @@ _PERCENT = re.compile(r"^\s*(?P<label>[^:\r\n]{3,80}):\s*(?P<pct>\d{1,3})%")
 _LOAD_LABEL = re.compile(r"checkpoint shards|loading shards|weights", re.IGNORECASE)
 _RANK = re.compile(r"^\[[^\]]*?\b(?:TP|rank)(\d+)\b[^\]]*\]|^\[rank(\d+)\]")
 
+# sglang 0.5.11's launcher, as recorded (tests/fixtures/real_engine/): its subprocess watchdog
+# logs "Subprocess scheduler_0 (pid=N) crashed with exit code C. Triggering SIGQUIT for
+# cleanup...", its SIGQUIT handler "SIGQUIT received. signum=None, frame=None. It usually
+# means one child failed." (older releases: "Received sigquit from a child process").
 _ERROR = re.compile(
     r"Traceback \(most recent call last\)|^\s*\w*(Error|Exception)\b|\bERROR\b|^\[rank\d+\]:\[E"
-    r"|^E\d{4} |Scheduler hit an exception|Received sigquit|\bFATAL\b|CRITICAL"
+    r"|^E\d{4} |Scheduler hit an exception|Received sigquit|SIGQUIT received"
+    r"|crashed with exit code|\bFATAL\b|CRITICAL"
 )
 _WARNING = re.compile(r"\bWARNING\b|\bWarning\b|^\[rank\d+\]:\[W|^W\d{4} ")
 _DEBUG = re.compile(r"\bDEBUG\b")

@@ -70,7 +70,8 @@ def test_excerpt_is_diagnosed(signature, line):
     log = [
         "[2026-01-10 10:00:00 TP0] Load weight begin. avail mem=94.12 GB",
         line,
-        "[2026-01-10 10:01:03] Received sigquit from a child process.",
+        "[2026-01-10 10:01:03] SIGQUIT received. signum=None, frame=None. It usually means one "
+        "child failed.",
     ]
     found = diagnose(log)
     assert [d.signature.id for d in found][:1] == [signature]

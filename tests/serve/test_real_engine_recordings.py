@@ -9,6 +9,7 @@ import json
 import re
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -17,13 +18,17 @@ import pytest
 
 from glm5svc.bench.serving_figures import parse_bench_line
 from glm5svc.serve.diagnosis import diagnose
-from glm5svc.serve.phases import FIRED_UP, Phase, parse_line
+from glm5svc.serve.phases import FIRED_UP, PRIORITY_ERR, Phase, parse_line
 from glm5svc.serve.probes import PROGRESS_COUNTERS, parse_progress_counters
 from testkit.engine import TEST_ENGINE, free_port
 
-RECORDED = (
-    Path(__file__).resolve().parents[1] / "fixtures" / "real_engine" / "sglang-0.5.11-h200-service"
-)
+RECORDINGS = Path(__file__).resolve().parents[1] / "fixtures" / "real_engine"
+RECORDED = RECORDINGS / "sglang-0.5.11-h200-service"
+# The NSA FP8 prefill crash, unpatched and patched (2026-12-01, 05:43-05:49 UTC).
+NSA_LOGS = RECORDINGS / "sglang-0.5.11-h200-nsa"
+# glm5svc serve stopped with 64 requests in flight, after READY stopped asking /health.
+DRAIN_LOG = RECORDINGS / "sglang-0.5.11-h200-drain-fast-ready" / "serve-drain.log"
+EARLIER_DRAIN_LOG = RECORDINGS / "sglang-0.5.11-h200-drain" / "serve-drain.log"
 PREFIX = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?: TP\d+)?\] ")
 
 
@@ -77,6 +82,45 @@ def test_a_clean_real_log_matches_no_failure_signature():
     assert diagnose(real_lines("bare.log")) == []
 
 
+def test_the_real_nsa_prefill_crash_is_diagnosed_as_exactly_that():
+    found = diagnose((NSA_LOGS / "nsa-unpatched.log").read_text().splitlines())
+    assert [d.signature.id for d in found] == ["nsa-prefill-metadata"]
+    assert found[0].evidence.startswith("AttributeError: 'PrefillMetadata'")
+
+
+@pytest.mark.parametrize(
+    "log", [NSA_LOGS / "nsa-patched.log", DRAIN_LOG, EARLIER_DRAIN_LOG], ids=lambda p: p.parent.name
+)
+def test_real_logs_that_served_and_drained_match_no_failure_signature(log):
+    # The supervisor diagnoses the engine's output only; the serve logs also carry glm5svc's
+    # own lines ("glm5svc: ..."), whose preflight warning names the HMM failure it guards.
+    engine_lines = [
+        line for line in log.read_text().splitlines() if not line.startswith("glm5svc:")
+    ]
+    assert len(engine_lines) > 100
+    assert diagnose(engine_lines) == []
+
+
+@pytest.mark.parametrize(
+    ("log", "marker"),
+    [
+        (NSA_LOGS / "nsa-unpatched.log", "SIGQUIT received. signum=None"),
+        (RECORDED / "serve-kill9.log", "SIGQUIT received. signum=None"),
+        (RECORDED / "serve-kill9.log", "Subprocess scheduler_0 (pid="),
+        (RECORDED / "serve.log", "Subprocess scheduler_0 (pid="),  # a group-wide SIGTERM
+        (NSA_LOGS / "nsa-unpatched.log", "Scheduler hit an exception: Traceback"),
+    ],
+)
+def test_real_failure_lines_are_logged_as_errors(log, marker):
+    lines = [line for line in log.read_text().splitlines() if marker in line]
+    assert lines and all(parse_line(line).priority == PRIORITY_ERR for line in lines)
+
+
+def test_real_drain_lines_are_not_errors():
+    drain = [line for line in DRAIN_LOG.read_text().splitlines() if "Gracefully exiting" in line]
+    assert drain and all(parse_line(line).priority != PRIORITY_ERR for line in drain)
+
+
 @pytest.mark.parametrize("name", ["metrics-idle.txt", "metrics-under-load.txt"])
 def test_progress_counters_are_read_from_real_metrics(name):
     counters = parse_progress_counters((RECORDED / name).read_text())
@@ -99,14 +143,31 @@ def test_real_bench_serving_lines_parse():
     assert all(r.completed > 0 and r.total_throughput > 0 for r in results)
 
 
+def _generate(port: int, max_new_tokens: int, into: list) -> None:
+    body = json.dumps({"text": "x", "sampling_params": {"max_new_tokens": max_new_tokens}})
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/generate", body.encode(), {"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=30) as reply:
+        into.append(json.loads(reply.read()))
+
+
+def _running(port: int) -> float:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as reply:
+        found = re.search(r"^sglang:num_running_reqs\{.*\} (\S+)$", reply.read().decode(), re.M)
+    return float(found.group(1))
+
+
 @pytest.fixture(scope="module")
 def test_engine_output():
+    """The test engine's output from start to the end of a drain with one request in flight."""
     port = free_port()
     engine = subprocess.Popen(
         [sys.executable, str(TEST_ENGINE), "--host", "127.0.0.1", "--port", str(port),
-         "--model-path", "/models/x", "--test-mode", "load=0.1,ranks=1"],
+         "--model-path", "/models/x", "--test-mode", "load=0.1,ranks=1,drain-check=0.2"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
+    replies: list = []
     try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -118,9 +179,15 @@ def test_engine_output():
                 time.sleep(0.1)
         else:
             pytest.fail("the test engine did not start")
+        in_flight = threading.Thread(target=_generate, args=(port, 60, replies))
+        in_flight.start()
+        while _running(port) < 1 and time.monotonic() < deadline:
+            time.sleep(0.02)
     finally:
-        engine.terminate()
+        engine.terminate()  # SIGTERM to the launcher: sglang 0.5.11's drain
         output = engine.communicate(timeout=15)[0]
+    in_flight.join(10)
+    assert replies and replies[0]["meta_info"]["completion_tokens"] == 60  # drained in full
     return output.replace("\r", "\n").splitlines(), metrics
 
 
@@ -133,9 +200,65 @@ REFERENCE_ONLY = {"Loading safetensors checkpoint shards:", "Running FlashInfer 
 def test_test_engine_prints_the_lines_a_real_server_prints(test_engine_output):
     lines, _ = test_engine_output
     real = {shape(line) for name in ("bare.log", "serve.log") for line in real_lines(name)}
+    real |= {shape(line) for line in DRAIN_LOG.read_text().splitlines()}
     printed = [shape(line) for line in lines if line.strip()]
     unknown = [s for s in printed if s not in real and s not in REFERENCE_ONLY]
     assert not unknown, f"test engine lines with no real counterpart: {unknown}"
+
+
+def test_test_engine_drains_as_the_real_server_logs_it(test_engine_output):
+    lines, _ = test_engine_output
+    drain_words = ("SIGTERM received", "Gracefully exiting")
+    real = [
+        line for line in DRAIN_LOG.read_text().splitlines() if any(w in line for w in drain_words)
+    ]
+    printed = [line for line in lines if any(w in line for w in drain_words)]
+    assert {shape(line) for line in printed} == {shape(line) for line in real}
+    # Both count down from the requests in flight to none, then exit.
+    for found in (printed, real):
+        counts = [
+            int(n) for n in re.findall(r"Remaining number of requests (\d+)", "\n".join(found))
+        ]
+        assert counts[0] >= 1 and counts[-1] == 0
+
+
+def _frames(lines: list[str]) -> list[str]:
+    """A crash's lines from sglang's header to its SIGQUIT line, without timestamps and with
+    the site-packages folder dropped from frame paths (the H200 lab and the deployment differ)."""
+    start = next(i for i, line in enumerate(lines) if "Scheduler hit an exception" in line)
+    end = next(i for i, line in enumerate(lines) if "SIGQUIT received" in line)
+    return [
+        re.sub(r'File "/\S*/(?=sglang/|torch/)', 'File "', PREFIX.sub("", line.strip()))
+        for line in lines[start : end + 1]
+        if line.strip()
+    ]
+
+
+def test_test_engine_prefill_metadata_crash_prints_what_sglang_0_5_11_printed():
+    port = free_port()
+    engine = subprocess.Popen(
+        [sys.executable, str(TEST_ENGINE), "--host", "127.0.0.1", "--port", str(port),
+         "--test-mode", "load=0,ranks=1,crash=prefill-metadata"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and engine.poll() is None:
+            try:
+                _generate(port, 1, [])
+            except OSError:
+                time.sleep(0.1)
+    finally:
+        engine.kill()
+        output = engine.communicate(timeout=15)[0]
+    printed = _frames(output.splitlines())
+    real = _frames((NSA_LOGS / "nsa-unpatched.log").read_text().splitlines())
+    assert len(printed) >= 10
+    assert printed[0] == real[0] == "Scheduler hit an exception: Traceback (most recent call last):"
+    assert printed[-2:] == real[-2:]  # the exception, then the launcher's SIGQUIT line
+    missing = [line for line in printed if line not in real]
+    assert not missing, f"test engine crash lines sglang 0.5.11 did not print: {missing}"
+    assert diagnose(output.splitlines())[0].signature.id == "nsa-prefill-metadata"
 
 
 def test_test_engine_metrics_are_a_subset_of_real_ones(test_engine_output):
