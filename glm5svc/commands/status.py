@@ -165,7 +165,8 @@ def render(status: dict) -> str:
     if drain:
         lines.append(
             f"  drain: {drain.get('in_flight')} request(s) in flight "
-            f"(at start {drain.get('in_flight_at_start')}), {_duration(drain.get('seconds'))}"
+            f"(at the stop {drain.get('in_flight_at_start')}, most {drain.get('most_in_flight')}), "
+            f"{_duration(drain.get('seconds'))}"
             + (f", {drain['outcome']}" if drain.get("outcome") else "")
         )
     previous = status.get("previous_run")

@@ -65,6 +65,15 @@ class EngineProcess:
     def poll(self) -> int | None:
         return self.popen.poll() if self.popen else None
 
+    def wait(self, timeout_s: float) -> int | None:
+        """The launcher's exit status once reaped within `timeout_s`, else None."""
+        if self.popen is None:
+            return None
+        try:
+            return self.popen.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            return None
+
     def signal_launcher(self, sig: int) -> None:
         """Signal the launcher only: sglang drains on its own SIGTERM and ends its children."""
         if self.popen is None or self.popen.poll() is not None:

@@ -65,6 +65,7 @@ DRAIN_POLL_S = 0.5
 DRAIN_FIRST_READ_S = 1.0
 WATCHDOG_ABORT_DRAIN_S = 2.0
 KILL_WAIT_S = 10.0
+LAUNCHER_REAP_WAIT_S = 5.0  # after its group emptied; a live launcher would still be in it
 # sglang logs the ready line at INFO: with a quieter --log-level it never appears.
 LOG_LEVELS_WITH_READY_LINE = ("debug", "info")
 
@@ -163,8 +164,9 @@ class _Drain:
     signal_name: str
     started: float
     deadline: float
-    in_flight_at_start: int | None = None
+    in_flight_at_start: int | None = None  # sglang's count just before its SIGTERM
     last_in_flight: int | None = None
+    most_in_flight: int | None = None  # requests sent straight to the engine port still count
     last_reading: dict | None = None
     killed_at: float | None = None
     next_poll: float = 0.0
@@ -637,7 +639,7 @@ class Supervisor:
         in_flight = None
         if self.state.ready and drain_s > 0:  # sglang's own count, before it starts draining
             in_flight = self._in_flight(self.client.progress_counters(DRAIN_FIRST_READ_S))
-        self._drain = _Drain(name, now, now + drain_s, in_flight, in_flight)
+        self._drain = _Drain(name, now, now + drain_s, in_flight, in_flight, in_flight)
         with self.state.lock:
             self.state.draining = True
             self.state.ready = False
@@ -693,6 +695,8 @@ class Supervisor:
         in_flight = self._in_flight(event.counters)
         if drain.in_flight_at_start is None:
             drain.in_flight_at_start = in_flight
+        if in_flight is not None and (drain.most_in_flight or 0) <= in_flight:
+            drain.most_in_flight = in_flight
         drain.last_reading = event.counters
         if in_flight != drain.last_in_flight:
             drain.last_in_flight = in_flight
@@ -710,7 +714,10 @@ class Supervisor:
 
     def _drained(self, now: float, survivors: list[int] | None = None) -> int:
         drain = self._drain
-        code = self.engine.poll()
+        # The group can look empty a moment before the launcher can be reaped: a process's
+        # main thread shows as a zombie while its other threads still tear down (sglang's
+        # launcher has many), and waitpid answers only once the last one is gone.
+        code = self.engine.poll() if survivors else self.engine.wait(LAUNCHER_REAP_WAIT_S)
         self.output_closed.wait(2.0)
         seconds = now - drain.started
         left = len(survivors or [])
@@ -724,9 +731,10 @@ class Supervisor:
             self.state.engine_exit_status = code
             self.state.drain = self._drain_report(now, outcome, left)
         self.log(
-            f"drain finished ({outcome}) in {seconds:.1f} s: requests in flight at start: "
-            f"{_count(drain.in_flight_at_start)}, at the last reading: "
-            f"{_count(drain.last_in_flight)}; server exit status {code}; processes left: {left}"
+            f"drain finished ({outcome}) in {seconds:.1f} s: requests in flight when the stop "
+            f"came: {_count(drain.in_flight_at_start)}, most seen while draining: "
+            f"{_count(drain.most_in_flight)}, at the last reading: "
+            f"{_count(drain.last_in_flight)}; {_launcher_exit(code)}; processes left: {left}"
         )
         self._set_phase(Phase.STOPPED, f"stopped (server {outcome})")
         self.log(f"server stopped: {outcome}")
@@ -742,6 +750,7 @@ class Supervisor:
             "seconds": round(now - drain.started, 3),
             "deadline_s": round(drain.deadline - drain.started, 3),
             "in_flight_at_start": drain.in_flight_at_start,
+            "most_in_flight": drain.most_in_flight,
             "in_flight": drain.last_in_flight,
             "killed": drain.killed_at is not None,
             "outcome": outcome,
@@ -843,3 +852,11 @@ def _alive(thread: threading.Thread | None) -> bool:
 
 def _count(value: int | None) -> str:
     return "unknown" if value is None else str(value)
+
+
+def _launcher_exit(code: int | None) -> str:
+    if code is None:
+        return f"the launcher's exit status unknown (not reaped within {LAUNCHER_REAP_WAIT_S:g} s)"
+    if code < 0:
+        return f"the launcher ended by signal {-code}"
+    return f"the launcher exited with status {code}"

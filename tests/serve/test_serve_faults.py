@@ -262,17 +262,68 @@ def test_stop_drains_the_requests_in_flight(serve):
     )
     assert "draining" in body
     assert process.status()["draining"] is True
+    # As sglang 0.5.11 did on the H200: requests sent straight to the engine port while it
+    # drains are still admitted and finished; only the gateway and /readyz keep them away.
+    late = [
+        threading.Thread(target=generate, args=(url, 250, results), daemon=True) for _ in range(4)
+    ]
+    for client in late:
+        client.start()
     assert process.wait_exit(30) == 0
     drained_in = time.monotonic() - started
-    for client in clients:
+    for client in clients + late:
         client.join(10)
-    assert results == [("ok", 250)] * 8, results
+    assert results == [("ok", 250)] * 12, results
     assert live_group_members(pgid) == []
     assert "SIGTERM received. signum=None frame=None. Draining requests" in process.output
     assert "crashed with exit code" not in process.output
-    assert "requests in flight at start: 8" in process.output
-    assert "processes left: 0" in process.output
-    print(f"drain: 8 in flight, 8 completed, {drained_in:.2f} s, processes left 0")
+    finished = next(line for line in process.output.splitlines() if "drain finished" in line)
+    assert "requests in flight when the stop came: 8, most seen while draining: 12" in finished
+    assert "the launcher exited with status 0; processes left: 0" in finished
+    print(f"drain: 8 in flight + 4 sent after the stop, 12 completed, {drained_in:.2f} s")
+
+
+# A launcher whose main thread is gone while another still runs: its group looks empty
+# (the leader shows as a zombie) before waitpid can reap it, as sglang's many-threaded
+# launcher did on the H200 (its drain ended with "server exit status None").
+LINGERING_LAUNCHER = """\
+import ctypes, os, threading, time
+def finish():
+    time.sleep(0.8)
+    os._exit(0)
+threading.Thread(target=finish).start()
+ctypes.CDLL(None).pthread_exit(None)
+"""
+
+
+def test_drain_report_waits_for_the_launchers_exit_status(tmp_path, monkeypatch):
+    config = load_config(write_config(tmp_path, "load=0.2", drain_timeout_s=30))
+    monkeypatch.setattr(supervisor_module, "become_subreaper", lambda: False)
+    out = io.StringIO()
+    launcher = [sys.executable, "-c", LINGERING_LAUNCHER]
+    supervisor = supervisor_module.Supervisor(
+        config, argv=launcher, plan_env={}, sink=StderrSink(out)
+    )
+    supervisor.engine.start()
+    pgid = supervisor.engine.pid
+    deadline = time.monotonic() + 5
+    while live_group_members(pgid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert supervisor.engine.group_members() == [] and supervisor.engine.poll() is None
+    now = time.monotonic()
+    # 64 in flight at the stop, 72 once requests sent to the engine port joined, 8 last.
+    supervisor._drain = supervisor_module._Drain("SIGTERM", now - 9, now + 21, 64, 8, 72)
+    supervisor.output_closed.set()
+    supervisor._drain_step(now)
+    assert supervisor._exit_status == 0
+    finished = next(line for line in out.getvalue().splitlines() if "drain finished" in line)
+    assert finished == (
+        "glm5svc: drain finished (drained) in 9.0 s: requests in flight when the stop came: 64, "
+        "most seen while draining: 72, at the last reading: 8; the launcher exited with "
+        "status 0; processes left: 0"
+    )
+    assert supervisor.state.engine_exit_status == 0
+    assert supervisor.state.drain["most_in_flight"] == 72
 
 
 def test_livez_stays_alive_during_a_drain_longer_than_the_stale_limit(tmp_path, monkeypatch):
