@@ -78,3 +78,10 @@ def test_status_names_the_phase_once_and_its_text_only_when_it_says_more():
     assert same.splitlines()[0] == "glm5svc 1: serving"
     loading = render({"version": "1", "phase": "loading", "status": "loading: weights 40%"})
     assert loading.splitlines()[0] == "glm5svc 1: loading — loading: weights 40%"
+
+
+def test_status_shows_the_drain_as_the_real_h200_run_went():
+    # sglang 0.5.11 on an H200: 64 running at the stop, 72 once 8 more reached the engine port.
+    drain = {"in_flight_at_start": 64, "most_in_flight": 72, "in_flight": 8, "seconds": 7.5}
+    text = render({"version": "1", "phase": "draining", "status": "draining", "drain": drain})
+    assert "drain: 8 request(s) in flight (at the stop 64, most 72)" in text
