@@ -2,7 +2,9 @@
 
 Two replicas, each a real `glm5svc serve` supervising the test engine (as glm5.service does),
 and the pinned smg (roles/glm5_gateway/defaults/main.yml: version, policy, health-check
-settings) run directly here. Figures, with the same sglang 0.5.9 bench_serving:
+settings), either run directly here or, with --lab, the lab's: `scripts/lab up --replicas 2`
+(two stand-in hosts, glm5.service in each one's container, glm5-gateway.service on the first
+host, all from site.yml). Figures, with the same sglang 0.5.9 bench_serving:
 
   direct      one replica's engine, concurrency C
   gateway-1   the gateway with one replica, concurrency C   (overhead = 1 - gw1/direct)
@@ -11,9 +13,11 @@ settings) run directly here. Figures, with the same sglang 0.5.9 bench_serving:
   kill        two replicas, 2C; one replica's engine gets SIGKILL mid-run
 For stop/kill: failed requests, streams cut short (fewer tokens than asked; bench_serving
 counts those as completed), requests in flight on that replica at the event, and the seconds
-until the gateway counted it unhealthy.
+until the gateway counted it unhealthy. Direct, the gateway is started per phase with the
+replicas it needs; in the lab, the gateway is the unit site.yml made, and a phase with one
+replica stops the other one's glm5.service (`systemctl stop glm5`, as an operator would).
 
-    .venv/bin/python bench/gateway.py [--concurrency 16] [--prompts 256] [--short]
+    .venv/bin/python bench/gateway.py [--concurrency 16] [--prompts 256] [--short] [--lab]
 
 The test engine's throughput is CPU-bound here: on a small machine the bench client, the
 gateway and both engines share the cores, so the scaling figure says what this machine
@@ -23,6 +27,7 @@ does, not what GPUs would.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -49,6 +54,9 @@ from testkit.engine import TEST_ENGINE, free_port  # noqa: E402
 ROLE_DEFAULTS = yaml.safe_load((REPO / "roles/glm5_gateway/defaults/main.yml").read_text())
 SMG_VERSION = ROLE_DEFAULTS["glm5_gateway_smg_version"]
 LAUNCHER = REPO / "roles/glm5_gateway/files/glm5-gateway-launch.py"
+LAB_INVENTORY = yaml.safe_load((REPO / "lab/inventory.yml").read_text())
+LAB_REPLICAS = yaml.safe_load((REPO / "lab/replicas.yml").read_text())
+LAB_LXCPATH = "/var/lib/glm5-lab/lxc"
 
 
 def smg_python() -> str:
@@ -136,10 +144,55 @@ class Replica:
     def running_requests(self) -> float:
         return self.engine_metric("num_running_reqs")
 
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def begin_stop(self) -> None:
+        """SIGTERM to glm5svc (what systemctl stop sends): it drains; do not wait."""
+        self.proc.send_signal(signal.SIGTERM)
+
+    def kill_engine(self) -> None:
+        os.kill(self.status()["engine_pid"], signal.SIGKILL)
+
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             self.proc.wait(60)
+
+
+class LabReplica(Replica):
+    """glm5.service in lab container `ct` (scripts/lab up --replicas 2), reached the way
+    site.yml reaches it: lxc-attach into its stand-in host, then pct exec."""
+
+    def __init__(self, container: str):
+        hosts = {**LAB_INVENTORY["all"]["children"]["glm5_containers"]["hosts"],
+                 **LAB_REPLICAS["all"]["children"]["glm5_containers"]["hosts"]}  # fmt: skip
+        replica = hosts[container]
+        self.host = replica["glm5_container_driver_host"]
+        self.engine_url = f"http://127.0.0.1:{replica['glm5_service_port']}"
+        self.status_url = f"http://127.0.0.1:{replica['glm5_service_listen_port']}"
+
+    def in_ct(self, *argv: str) -> str:
+        command = ["lxc-attach", "-P", LAB_LXCPATH, "-n", self.host, "--", "pct", "exec", "200",
+                   "--", *argv]  # fmt: skip
+        return subprocess.run(command, check=True, capture_output=True, text=True).stdout
+
+    def running(self) -> bool:
+        return self.in_ct("systemctl", "is-active", "glm5").strip() == "active"
+
+    def start(self) -> None:
+        self.in_ct("systemctl", "reset-failed", "glm5")
+        self.in_ct("systemctl", "start", "glm5")  # returns at READY=1 (Type=notify)
+        wait(lambda: self.status().get("ready"), 60, f"{self.host}'s replica ready")
+
+    def begin_stop(self) -> None:
+        self.in_ct("systemctl", "--no-block", "stop", "glm5")
+
+    def kill_engine(self) -> None:
+        self.in_ct("kill", "-9", str(self.status()["engine_pid"]))
+
+    def stop(self) -> None:
+        self.in_ct("systemctl", "stop", "glm5")
 
 
 class Gateway:
@@ -168,10 +221,13 @@ class Gateway:
             60, "gateway with every worker healthy",
         )  # fmt: skip
 
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
     def refusals(self) -> dict[str, int]:
         """smg's logged reasons for answering 'No available workers' (503), counted."""
         counts: dict[str, int] = {}
-        for line in self.log_path.read_text(errors="replace").splitlines():
+        for line in self.log_text().splitlines():
             if "No available workers" in line and 'reason="' in line:
                 reason = line.split('reason="', 1)[1].split('"', 1)[0]
                 counts[reason] = counts.get(reason, 0) + 1
@@ -186,6 +242,81 @@ class Gateway:
             self.proc.wait(30)
         except subprocess.TimeoutExpired:
             self.proc.kill()
+
+
+class LabGateway(Gateway):
+    """glm5-gateway.service on the lab's first stand-in host (lab/replicas.yml)."""
+
+    def __init__(self):
+        gateway = LAB_REPLICAS["all"]["children"]["glm5_gateways"]["hosts"]
+        self.host, settings = next(iter(gateway.items()))
+        self.url = f"http://127.0.0.1:{settings['glm5_gateway_port']}"
+        self.since = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())
+
+    def log_text(self) -> str:
+        command = ["lxc-attach", "-P", LAB_LXCPATH, "-n", self.host, "--", "journalctl",
+                   "-u", "glm5-gateway", "--utc", "--since", self.since, "-o", "cat"]  # fmt: skip
+        return subprocess.run(command, capture_output=True, text=True).stdout
+
+    def stop(self) -> None:
+        """The unit stays: site.yml owns it."""
+
+
+class DirectSetup:
+    """Replicas and smg started here, a gateway per phase with the replicas it names."""
+
+    lab = False
+
+    def __init__(self, work: Path):
+        self.work = work
+        self.a, self.b = Replica(work, "replica-a"), Replica(work, "replica-b")
+        self.a.start()
+        self.b.start()
+
+    @contextlib.contextmanager
+    def gateway(self, replicas: list[Replica]):
+        gw = Gateway(self.work, [r.engine_url for r in replicas])
+        try:
+            yield gw
+        finally:
+            gw.stop()
+
+    def close(self) -> None:
+        self.a.stop()
+        self.b.stop()
+
+
+class LabSetup:
+    """The lab's two replicas and its gateway: a phase with one replica stops the other's
+    glm5.service, and every phase ends with both serving again."""
+
+    lab = True
+
+    def __init__(self):
+        containers = list(LAB_INVENTORY["all"]["children"]["glm5_containers"]["hosts"])
+        containers += list(LAB_REPLICAS["all"]["children"]["glm5_containers"]["hosts"])
+        self.a, self.b = (LabReplica(name) for name in containers)
+        self.api_key = LAB_INVENTORY["all"]["vars"]["glm5_lab_api_key"]
+
+    @contextlib.contextmanager
+    def gateway(self, replicas: list[Replica]):
+        for replica in (self.a, self.b):
+            if replica in replicas and not replica.running():
+                replica.start()
+            elif replica not in replicas and replica.running():
+                replica.stop()
+        gw = LabGateway()
+        wait(lambda: gw.healthy() == len(replicas), 60, f"{len(replicas)} healthy worker(s)")
+        try:
+            yield gw
+        finally:
+            if not self.b.running():
+                self.b.start()
+
+    def close(self) -> None:
+        for replica in (self.a, self.b):
+            if not replica.running():
+                replica.start()
 
 
 def bench(plan: BenchPlan, base_url: str, concurrency: int, prompts: int, out: Path) -> dict:
@@ -225,9 +356,9 @@ def disrupt(gateway: Gateway, victim: Replica, action: str, after_s: float) -> d
     wait(lambda: victim.running_requests() >= 4, 30, "requests in flight on the victim")
     in_flight = victim.running_requests()
     if action == "stop":
-        victim.proc.send_signal(signal.SIGTERM)
+        victim.begin_stop()
     else:
-        os.kill(victim.status()["engine_pid"], signal.SIGKILL)
+        victim.kill_engine()
     event = time.monotonic()
     reaction = wait(lambda: gateway.healthy() <= 1, 60, "gateway notices")
     return {"in_flight_on_victim": in_flight, "gateway_unhealthy_after_s": round(reaction, 1),
@@ -241,6 +372,9 @@ def main() -> None:
     parser.add_argument("--input-len", type=int, default=128)
     parser.add_argument("--output-len", type=int, default=128)
     parser.add_argument("--short", action="store_true", help="CI: two replicas, few prompts")
+    parser.add_argument(
+        "--lab", action="store_true", help="the lab's (scripts/lab up --replicas 2)"
+    )
     parser.add_argument("--out", default="gateway-bench.json")
     parser.add_argument("--only", help="comma-separated phase names to run (default: all)")
     args = parser.parse_args()
@@ -249,16 +383,16 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="glm5-gateway-bench-"))
     python = str(build_bench_serving_venv())
     tokenizer = make_tokenizer(python, work / "tokenizer")
+    setup = LabSetup() if args.lab else DirectSetup(work)
     plan = BenchPlan(
         base_url="http://unset", python=python, tokenizer=str(tokenizer), model="glm-5",
         ladder=(args.concurrency,), input_len=args.input_len, output_len=args.output_len,
-        num_prompts=args.prompts, warmup_requests=4,
+        num_prompts=args.prompts, warmup_requests=4, api_key=getattr(setup, "api_key", None),
     )  # fmt: skip
     c, n = args.concurrency, args.prompts
-    a, b = Replica(work, "replica-a"), Replica(work, "replica-b")
-    a.start()
-    b.start()
+    a, b = setup.a, setup.b
     result: dict = {"smg": SMG_VERSION, "policy": ROLE_DEFAULTS["glm5_gateway_policy"],
+                    "setup": "lab" if setup.lab else "direct",
                     "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                     "cpus": os.cpu_count()}  # fmt: skip
 
@@ -266,15 +400,11 @@ def main() -> None:
         return bench(plan, a.engine_url, c, n, work / "direct.jsonl")
 
     def gateway_one() -> dict:
-        gw = Gateway(work, [a.engine_url])
-        try:
+        with setup.gateway([a]) as gw:
             return bench(plan, gw.url, c, n, work / "gw1.jsonl")
-        finally:
-            gw.stop()
 
     def gateway_two() -> dict:
-        gw = Gateway(work, [a.engine_url, b.engine_url])
-        try:
+        with setup.gateway([a, b]) as gw:
             before = [r.engine_metric("num_requests_total") for r in (a, b)]
             figures = (
                 {}
@@ -287,25 +417,20 @@ def main() -> None:
                 int(x - y) for x, y in zip(after, before, strict=True)
             ]
             return figures
-        finally:
-            gw.stop()
 
     def disrupted(action: str):
         def phase() -> dict:
-            if b.proc.poll() is not None:
-                b.start()
-            gw = Gateway(work, [a.engine_url, b.engine_url])
-            try:
+            with setup.gateway([a, b]) as gw:
                 box: dict = {}
                 thread = threading.Thread(target=lambda: box.update(disrupt(gw, b, action, 5.0)))
                 thread.start()
                 figures = bench(plan, gw.url, 2 * c, 4 * n, work / f"{action}.jsonl")
                 thread.join()
                 box.pop("_event_mono", None)
-                return {**figures, **box, "gateway_refusals": gw.refusals()}
-            finally:
-                gw.stop()
-                b.stop()
+                result = {**figures, **box, "gateway_refusals": gw.refusals()}
+                if not setup.lab:
+                    b.stop()
+                return result
 
         return phase
 
@@ -320,8 +445,7 @@ def main() -> None:
     try:
         failed = run_phases(phases, result, Path(args.out))
     finally:
-        a.stop()
-        b.stop()
+        setup.close()
     one = result.get("gateway_1_replica", {}).get("output_tok_s")
     two = result.get("gateway_2_replicas", {}).get("double_concurrency", {}).get("output_tok_s")
     same = result.get("gateway_2_replicas", {}).get("same_concurrency", {}).get("output_tok_s")
