@@ -172,13 +172,14 @@ class LabReplica(Replica):
         self.engine_url = f"http://127.0.0.1:{replica['glm5_service_port']}"
         self.status_url = f"http://127.0.0.1:{replica['glm5_service_listen_port']}"
 
-    def in_ct(self, *argv: str) -> str:
+    def in_ct(self, *argv: str, check: bool = True) -> str:
         command = ["lxc-attach", "-P", LAB_LXCPATH, "-n", self.host, "--", "pct", "exec", "200",
                    "--", *argv]  # fmt: skip
-        return subprocess.run(command, check=True, capture_output=True, text=True).stdout
+        return subprocess.run(command, check=check, capture_output=True, text=True).stdout
 
     def running(self) -> bool:
-        return self.in_ct("systemctl", "is-active", "glm5").strip() == "active"
+        # is-active exits 3 for anything but active: the answer is the printed state.
+        return self.in_ct("systemctl", "is-active", "glm5", check=False).strip() == "active"
 
     def start(self) -> None:
         self.in_ct("systemctl", "reset-failed", "glm5")
