@@ -19,6 +19,9 @@ replica stops the other one's glm5.service (`systemctl stop glm5`, as an operato
 
     .venv/bin/python bench/gateway.py [--concurrency 16] [--prompts 256] [--short] [--lab]
 
+Longer than 400 lines: one benchmark, its two setups (started here, or the lab's units)
+behind one interface, and its phases together.
+
 The test engine's throughput is CPU-bound here: on a small machine the bench client, the
 gateway and both engines share the cores, so the scaling figure says what this machine
 does, not what GPUs would.
