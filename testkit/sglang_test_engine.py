@@ -268,9 +268,10 @@ class Engine:
         self.wake = asyncio.Event()
         self.last_gen_throughput = 0.0
 
-    def submit(self, request: Request) -> None:
+    def submit(self, request: Request, log_metrics: bool = True) -> None:
+        """log_metrics=False: sglang's health generation, which its metrics do not count."""
         self.waiting.append(request)
-        self.requests_total += 1
+        self.requests_total += int(log_metrics)
         self.wake.set()
 
     async def loop(self) -> None:
@@ -378,7 +379,7 @@ class Server:
         if self.wedged():
             await asyncio.sleep(3600)
         job = Request(prompt_tokens=1, max_new=1)
-        self.engine.submit(job)
+        self.engine.submit(job, log_metrics=False)
         await job.queue.get()
         await asyncio.sleep(float(self.mode.get("health-wait", 0)))
         return web.Response(text="")
