@@ -19,6 +19,7 @@ COMMAND_MODULES = [
     "serve",
     "status",
     "telemetry",
+    "tune",
     "unit",
     "validate",
 ]

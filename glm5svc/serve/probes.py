@@ -16,6 +16,10 @@ PROGRESS_COUNTERS = (
     "sglang:num_running_reqs",
     "sglang:num_queue_reqs",
 )
+# What the scheduler is doing now; token_usage is a share of the KV pool, so the ranks'
+# values are not added up (the fullest rank counts).
+SCHEDULER_GAUGES = ("sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage")
+_TAKE_MAX = ("sglang:token_usage",)
 
 
 @dataclass
@@ -80,24 +84,40 @@ class EngineClient:
 
     def progress_counters(self, timeout: float) -> dict[str, float] | None:
         """The sglang: progress metrics (summed over label sets), or None if unavailable."""
+        return self._metrics(timeout, PROGRESS_COUNTERS)
+
+    def scheduler_gauges(self, timeout: float) -> dict[str, float] | None:
+        """Running and queued requests and KV-pool usage now, or None if unavailable."""
+        return self._metrics(timeout, SCHEDULER_GAUGES)
+
+    def _metrics(self, timeout: float, names: tuple[str, ...]) -> dict[str, float] | None:
         try:
             status, raw = self._request("/metrics", timeout)
         except (OSError, ValueError):
             return None
         if status != 200:
             return None
-        return parse_progress_counters(raw.decode("utf-8", "replace"))
+        return parse_progress_counters(raw.decode("utf-8", "replace"), names)
 
 
-def parse_progress_counters(text: str) -> dict[str, float]:
+def parse_progress_counters(
+    text: str, names: tuple[str, ...] = PROGRESS_COUNTERS
+) -> dict[str, float]:
+    """The named sglang: samples, summed over label sets (the fullest for a share)."""
     values: dict[str, float] = {}
     for line in text.splitlines():
         match = _SAMPLE.match(line)
-        if match and match.group(1) in PROGRESS_COUNTERS:
-            try:
-                values[match.group(1)] = values.get(match.group(1), 0.0) + float(match.group(3))
-            except ValueError:
-                continue
+        if not match or match.group(1) not in names:
+            continue
+        name = match.group(1)
+        try:
+            value = float(match.group(3))
+        except ValueError:
+            continue
+        if name in _TAKE_MAX:
+            values[name] = max(values.get(name, value), value)
+        else:
+            values[name] = values.get(name, 0.0) + value
     return values
 
 

@@ -13,6 +13,7 @@ from glm5svc.config import Config, config_from_mapping
 from glm5svc.errors import ConfigError
 from glm5svc.gpus import GpuFacts
 from glm5svc.launch_plan import DEFAULT_SECRETS_FILE, build_launch_plan
+from glm5svc.tune.render import SGLANG_PARSER_SCRIPT
 
 SM120_X8 = GpuFacts(8, (12, 0), "580.95.05", ["NVIDIA RTX PRO 6000 Blackwell"] * 8, "nvml")
 H200_X1 = GpuFacts(1, (9, 0), "580.159.04", ["NVIDIA H200"], "nvml")
@@ -164,7 +165,7 @@ def test_shell_command_round_trips_through_a_shell():
 
 def parsed_by_sglang(python, argvs):
     """({results per argv}, the parser's option strings, sglang's version)."""
-    script = Path(__file__).with_name("parse_with_sglang.py")
+    script = SGLANG_PARSER_SCRIPT
     result = subprocess.run(
         [str(python), str(script), json.dumps(argvs)], capture_output=True, text=True
     )

@@ -1,0 +1,1 @@
+"""`glm5svc tune`: a search over the server's settings, decided on measured differences."""

@@ -1,0 +1,247 @@
+"""What a tune leaves: the trials table, the tuned overlay with its evidence, an Ansible
+host_vars snippet, a throughput-latency plot, the chosen setting's benchmark as a
+baseline for `glm5svc bench compare`, and summary.json (what `--json` prints)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from glm5svc.atomic_file import write_atomic
+from glm5svc.bench.results import SUMMARY_SCHEMA
+from glm5svc.tune.search import TrialRecord, describe_candidate, gain
+from glm5svc.tune.space import Value, overlay_of
+from glm5svc.tune.trial import LEVEL_FILE
+
+TUNED_FILE = "tuned.yaml"
+HOST_VARS_FILE = "host_vars.yml"
+SUMMARY_FILE = "summary.json"
+BASELINE_DIR = "baseline"
+# The container role merges this variable into /etc/glm5/glm5.yaml (roles/glm5_service).
+HOST_VARS_KEY = "glm5_service_config_extra"
+
+
+def trial_row(record: TrialRecord, start: dict[str, Value], confidence: float) -> dict:
+    interval = record.interval(confidence)
+    runs = record.runs
+    outcome = record.outcome
+
+    def mean_of(name: str) -> float | None:
+        values = [getattr(r, name) for r in runs if getattr(r, name) is not None]
+        return sum(values) / len(values) if values else None
+
+    return {
+        "trial": record.number,
+        "setting": describe_candidate(record.candidate, start),
+        "status": record.status,
+        "runs": len(runs),
+        "throughput_mean": round(interval.mean, 1) if interval else None,
+        "throughput_low": _finite(interval.low) if interval else None,
+        "throughput_high": _finite(interval.high) if interval else None,
+        "ttft_p99_ms": _round(mean_of("ttft_p99_ms")),
+        "itl_p99_ms": _round(mean_of("itl_p99_ms")),
+        "power_share": _round(mean_of("power_share"), 3),
+        "kv_pool_tokens": outcome.get("kv_pool_tokens"),
+        "ready_after_s": outcome.get("ready_after_s"),
+        "wall_s": outcome.get("wall_s"),
+        "verdict": record.verdict,
+        "best": record.became_best,
+        "diagnosis": "; ".join(outcome.get("diagnosis") or []),
+    }
+
+
+def _finite(value: float) -> float | None:
+    return round(value, 1) if value not in (float("inf"), float("-inf")) else None
+
+
+def _round(value: float | None, digits: int = 1) -> float | None:
+    return round(value, digits) if value is not None else None
+
+
+def trials_csv(rows: list[dict]) -> str:
+    out = io.StringIO()
+    if rows:
+        writer = csv.DictWriter(out, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return out.getvalue()
+
+
+def trials_markdown(rows: list[dict]) -> str:
+    head = (
+        "| trial | setting | runs | tok/s (95 % interval) | TTFT p99 ms | power | KV pool "
+        "| verdict |"
+    )
+    lines = [head, "|---|---|---|---|---|---|---|---|"]
+    for row in rows:
+        if row["throughput_mean"] is None:
+            figure = "-"
+        elif row["throughput_low"] is None:
+            figure = f"{row['throughput_mean']:,.0f}"
+        else:
+            figure = (
+                f"{row['throughput_mean']:,.0f} ({row['throughput_low']:,.0f}-"
+                f"{row['throughput_high']:,.0f})"
+            )
+        power = f"{row['power_share']:.0%}" if row["power_share"] is not None else "-"
+        kv = f"{row['kv_pool_tokens']:,}" if row["kv_pool_tokens"] else "-"
+        ttft = f"{row['ttft_p99_ms']:,.0f}" if row["ttft_p99_ms"] is not None else "-"
+        verdict = row["verdict"] + (" **(best)**" if row["best"] else "")
+        if row["diagnosis"]:
+            verdict += f"; {row['diagnosis']}"
+        lines.append(
+            f"| {row['trial']} | {row['setting']} | {row['runs']} | {figure} | {ttft} | "
+            f"{power} | {kv} | {verdict} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def tuned_overlay(best: TrialRecord | None, start: dict[str, Value]) -> dict[str, Any]:
+    """The configuration keys the best setting changes (tuning:, server.extra_args)."""
+    if best is None:
+        return {}
+    changed = overlay_of(best.candidate, start)
+    overlay: dict[str, Any] = {}
+    flags: list[str] = []
+    for name, value in changed.items():
+        if name.startswith("--"):
+            if value is True:
+                flags.append(name)
+            elif value not in (None, False):
+                flags += [name, str(value)]
+        else:
+            section, key = name.split(".", 1)
+            overlay.setdefault(section, {})[key] = value
+    if flags:
+        overlay["server"] = {"extra_args": flags}
+    return overlay
+
+
+def write_outputs(
+    run_dir: Path,
+    records: list[TrialRecord],
+    best: TrialRecord | None,
+    start: dict[str, Value],
+    context: dict[str, Any],
+    confidence: float,
+) -> dict[str, Any]:
+    rows = [trial_row(r, start, confidence) for r in records]
+    start_record = next((r for r in records if r.candidate == start and r.samples), None)
+    ratio = gain(best, start_record, confidence)
+    overlay = tuned_overlay(best, start)
+    summary = {
+        **context,
+        "run_dir": str(run_dir),
+        "trials": rows,
+        "best": rows[best.number] if best is not None and best.number < len(rows) else None,
+        "overlay": overlay,
+        "gain": ratio.to_dict() if ratio else None,
+        "files": {},
+    }
+    files = summary["files"]
+    write_atomic(run_dir / "trials.csv", trials_csv(rows))
+    write_atomic(run_dir / "trials.md", trials_markdown(rows))
+    files.update({"trials_csv": "trials.csv", "trials_md": "trials.md"})
+    header = (
+        f"# glm5svc tune {run_dir.name}: the settings that measured best against the start\n"
+        "# (trials.md has the evidence). Apply: glm5svc tune apply " + str(run_dir) + "\n"
+    )
+    if not overlay:
+        header += "# No setting measured better than the start: nothing to change.\n"
+    write_atomic(run_dir / TUNED_FILE, header + (yaml.safe_dump(overlay) if overlay else "{}\n"))
+    host_vars = {HOST_VARS_KEY: overlay} if overlay else {}
+    write_atomic(
+        run_dir / HOST_VARS_FILE,
+        "# For inventory/<site>/host_vars/<container>.yml, so provisioning keeps the tune.\n"
+        "# Merge by hand if that host already sets "
+        + HOST_VARS_KEY
+        + ".\n"
+        + (yaml.safe_dump(host_vars) if host_vars else "{}\n"),
+    )
+    files.update({"tuned": TUNED_FILE, "host_vars": HOST_VARS_FILE})
+    baseline = _write_baseline(run_dir, best, context)
+    if baseline:
+        files["baseline"] = baseline
+    plot = _write_plot(run_dir, rows)
+    if plot:
+        files["plot"] = plot
+    write_atomic(run_dir / SUMMARY_FILE, json.dumps(summary, indent=2, default=str))
+    files["summary"] = SUMMARY_FILE
+    return summary
+
+
+def _write_baseline(run_dir: Path, best: TrialRecord | None, context: dict) -> str | None:
+    """The best trial's last measured run, as a bench summary `bench compare` reads."""
+    if best is None or not best.samples:
+        return None
+    level_path = run_dir / "trials" / f"{best.number:03d}" / "runs" / f"r{len(best.samples):02d}"
+    try:
+        level = json.loads((level_path / LEVEL_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    summary = {
+        "schema": SUMMARY_SCHEMA,
+        "run_id": f"{run_dir.name}-trial-{best.number}",
+        "kind": "tune",
+        "started_at": context.get("started_at"),
+        "finished_at": context.get("finished_at"),
+        "results_dir": str(run_dir / BASELINE_DIR),
+        "stopped_reason": None,
+        "telemetry_status": "available" if level.get("telemetry", {}).get("available") else "n/a",
+        "plan": context.get("bench_plan", {}),
+        "provenance": {"tune_run": str(run_dir), "trial": best.number},
+        "verdicts": {},
+        "levels": [level],
+    }
+    write_atomic(run_dir / BASELINE_DIR / "summary.json", json.dumps(summary, indent=2))
+    return f"{BASELINE_DIR}/summary.json"
+
+
+def _write_plot(run_dir: Path, rows: list[dict]) -> str | None:
+    points = [r for r in rows if r["throughput_mean"] is not None and r["ttft_p99_ms"] is not None]
+    if not points:
+        return None
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    figure, axis = plt.subplots(figsize=(8, 5))
+    for row in points:
+        low, high = row["throughput_low"], row["throughput_high"]
+        err = (
+            [[row["throughput_mean"] - low], [high - row["throughput_mean"]]]
+            if low is not None and high is not None
+            else None
+        )
+        colour = (
+            "tab:green"
+            if row["best"]
+            else ("tab:grey" if row["status"] != "measured" else "tab:blue")
+        )
+        axis.errorbar(
+            row["ttft_p99_ms"], row["throughput_mean"], yerr=err, fmt="o", color=colour, capsize=3
+        )
+        axis.annotate(
+            str(row["trial"]),
+            (row["ttft_p99_ms"], row["throughput_mean"]),
+            textcoords="offset points",
+            xytext=(5, 5),
+        )
+    axis.set_xlabel("TTFT p99 (ms)")
+    axis.set_ylabel("total throughput (tok/s), 95 % interval")
+    axis.set_title(f"glm5svc tune {run_dir.name}: trials (green: best)")
+    axis.grid(True, alpha=0.3)
+    figure.tight_layout()
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=100)
+    plt.close(figure)
+    write_atomic(run_dir / "plot.png", buffer.getvalue())
+    return "plot.png"

@@ -1,0 +1,93 @@
+"""A trial's configuration: the operator's, the candidate's settings, private ports; then
+validated and rendered by the launch plan, and parsed by the installed sglang itself."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from glm5svc.config import Config, config_from_mapping
+from glm5svc.errors import Glm5Error
+from glm5svc.launch_plan import LaunchPlan, build_launch_plan
+
+SGLANG_PARSER_SCRIPT = Path(__file__).resolve().parents[1] / "data" / "parse_with_sglang.py"
+PARSER_TIMEOUT_S = 300.0
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listened on a moment ago."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def trial_mapping(mapping: dict[str, Any], trial_dir: Path) -> dict[str, Any]:
+    """Private ports (a gateway or a client never reaches a trial), the trial's own
+    results directory, and no post-start benchmark: the tune measures."""
+    result = dict(mapping)
+    result["server"] = {**(mapping.get("server") or {}), "port": free_port()}
+    result["service"] = {
+        **(mapping.get("service") or {}),
+        "listen_port": free_port(),
+        "results_dir": str(trial_dir / "serve"),
+    }
+    benchmark = dict(mapping.get("benchmark") or {})
+    benchmark["post_start"] = {**(benchmark.get("post_start") or {}), "enabled": False}
+    result["benchmark"] = benchmark
+    return result
+
+
+def write_trial_config(mapping: dict[str, Any], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    header = "# A glm5svc tune trial's configuration (written by glm5svc tune).\n"
+    path.write_text(header + yaml.safe_dump(mapping, sort_keys=False), encoding="utf-8")
+
+
+class Renderer:
+    """Validates and plans trial configurations with the host facts read once."""
+
+    def __init__(self, facts: dict[str, Any], check_with_sglang: bool):
+        self.facts = facts  # build_launch_plan's gpus, sglang, nsa_fix_in_place, model
+        self.check_with_sglang = check_with_sglang
+
+    def plan(self, config: Config) -> LaunchPlan:
+        return build_launch_plan(config, **self.facts)
+
+    def refusal(self, mapping: dict[str, Any]) -> str | None:
+        """Why this configuration cannot run (None: it can)."""
+        try:
+            config = config_from_mapping(mapping, "trial")
+            plan = self.plan(config)
+        except Glm5Error as exc:
+            return exc.render().replace("\n", " ")
+        if self.check_with_sglang and config.server.command is None:
+            return sglang_refusal(config, list(plan.argv[3:]))
+        return None
+
+
+def sglang_refusal(config: Config, argv: list[str]) -> str | None:
+    """sglang's own parser on the flags (one subprocess in server.python's environment)."""
+    env_path = config.server.env.get("PYTHONPATH")
+    env = {"PYTHONPATH": env_path} if env_path else {}
+    try:
+        done = subprocess.run(
+            [str(config.server.python), str(SGLANG_PARSER_SCRIPT), json.dumps([argv])],
+            capture_output=True,
+            text=True,
+            timeout=PARSER_TIMEOUT_S,
+            env={**os.environ, **env},
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"sglang's parser could not be run with {config.server.python}: {exc}"
+    try:
+        result = json.loads(done.stdout.strip().splitlines()[-1])["results"][0]
+    except (ValueError, IndexError, KeyError, TypeError):
+        tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
+        return f"sglang's parser failed: {tail[0]}"
+    return f"sglang's parser: {result['error']}" if "error" in result else None

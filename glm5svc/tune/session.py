@@ -1,0 +1,252 @@
+"""A whole tune: host facts read once, the space, the guard, the trials, the outputs.
+
+The run directory holds everything: study.db (Optuna's SQLite store), tune.json (the
+workload, settings, space and start this study measures: a resumed run must measure the
+same), one folder per trial (its configuration, serve's log, every benchmark run), and
+the outputs (glm5svc/tune/outputs.py).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from glm5svc.bench.sweep import telemetry_sampler
+from glm5svc.config import Config, ConfigLoader, config_from_mapping, resolve_config_path
+from glm5svc.errors import ConfigError, Glm5Error
+from glm5svc.gpus import detect_gpus
+from glm5svc.launch_plan import installed_sglang
+from glm5svc.model_info import read_model_facts
+from glm5svc.nvml import NvmlUnavailable
+from glm5svc.preflight import list_gpu_processes
+from glm5svc.tune.guard import TakeOver
+from glm5svc.tune.outputs import write_outputs
+from glm5svc.tune.render import Renderer, trial_mapping, write_trial_config
+from glm5svc.tune.search import Search, SearchSettings, Workload, bench_plan_for
+from glm5svc.tune.space import Space, load_space, start_value
+from glm5svc.tune.trial import TrialOutcome, TrialRequest, run_trial
+
+STUDY_FILE = "tune.json"
+GPU_FREE_WAIT_S = 60.0
+
+
+@dataclass(frozen=True)
+class TuneRequest:
+    config_path: Path | None
+    workload: Workload
+    settings: SearchSettings
+    space_path: Path | None = None
+    run_dir: Path | None = None
+    resume: Path | None = None
+    take_over: bool = False
+
+
+def read_mapping(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=ConfigLoader)  # noqa: S506
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"{path}: cannot read the configuration: {exc}") from None
+    return data or {}
+
+
+def new_tune_dir(results_root: Path) -> Path:
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    base = Path(results_root) / "tune"
+    for n in range(1000):
+        candidate = base / (stamp + (f"-{n}" if n else ""))
+        try:
+            candidate.mkdir(parents=True)
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise Glm5Error(
+                f"cannot make the run directory {candidate}: {exc.strerror or exc}; "
+                "choose another with --run-dir"
+            ) from None
+        candidate.chmod(0o700)  # configurations and logs are not for other users
+        return candidate
+    raise Glm5Error(f"cannot make a new run directory under {base}")
+
+
+class Tune:
+    def __init__(
+        self,
+        request: TuneRequest,
+        on_progress: Callable[[str, dict[str, Any]], None] = lambda e, d: None,
+        should_stop: Callable[[], bool] = lambda: False,
+    ):
+        self.request = request
+        self.on_progress = on_progress
+        self.should_stop = should_stop
+        self.config_path = resolve_config_path(request.config_path)
+        self.mapping = read_mapping(self.config_path)
+        self.config: Config = config_from_mapping(self.mapping, str(self.config_path))
+        # Host facts once: every trial's plan is made from these.
+        gpus = detect_gpus(self.config)
+        sglang, nsa_fix = installed_sglang(self.config)
+        model = read_model_facts(self.config.model.path)
+        self.facts_summary = {
+            "gpus": f"{gpus.count} x {gpus.names[0] if gpus.names else 'GPU'} ({gpus.sm}, "
+            f"from {gpus.source})",
+            "driver": gpus.driver_version,
+            "sglang": sglang.label,
+            "model": model.architecture,
+        }
+        self.renderer = Renderer(
+            {"gpus": gpus, "sglang": sglang, "nsa_fix_in_place": nsa_fix, "model": model},
+            check_with_sglang=sglang.installed,
+        )
+        self.space: Space = load_space(request.space_path, self.config, model.moe, sglang.version)
+        self.start = {k.name: start_value(self.config, k.name) for k in self.space.knobs}
+        self.guard = TakeOver(request.take_over)
+        self.run_dir: Path | None = None
+
+    def _prepare_run_dir(self) -> tuple[Workload, SearchSettings]:
+        request = self.request
+        if request.resume:
+            self.run_dir = Path(request.resume)
+            try:
+                saved = json.loads((self.run_dir / STUDY_FILE).read_text(encoding="utf-8"))
+            except (OSError, ValueError) as exc:
+                raise Glm5Error(
+                    f"--resume {self.run_dir}: not a tune run directory ({STUDY_FILE}: {exc})"
+                ) from None
+            if saved.get("start") != _jsonable(self.start):
+                raise ConfigError(
+                    f"--resume {self.run_dir}: the configuration's settings differ from the "
+                    "ones this study started from; resume with the same configuration or "
+                    "start a new tune"
+                )
+            workload = Workload(**saved["workload"])
+            settings = SearchSettings(**{**saved["settings"], **_overrides(request.settings)})
+            return workload, settings
+        if request.run_dir:
+            self.run_dir = Path(request.run_dir)
+            if (self.run_dir / STUDY_FILE).exists():
+                raise ConfigError(
+                    f"--run-dir {self.run_dir} holds a tune already: --resume it, or choose "
+                    "another directory"
+                )
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+        else:
+            self.run_dir = new_tune_dir(self.config.service.results_dir)
+        saved = {
+            "config": str(self.config_path),
+            "workload": request.workload.to_dict(),
+            "settings": request.settings.to_dict(),
+            "space": self.space.to_dict(),
+            "start": _jsonable(self.start),
+        }
+        (self.run_dir / STUDY_FILE).write_text(json.dumps(saved, indent=2), encoding="utf-8")
+        return request.workload, request.settings
+
+    def run(self) -> dict[str, Any]:
+        started_at = datetime.now(UTC).isoformat(timespec="seconds")
+        workload, settings = self._prepare_run_dir()
+        self.guard.begin(self.config)
+        search = None
+        try:
+            with telemetry_sampler(config=self.config) as (sampler, telemetry_status):
+                executor = self._executor(workload, sampler)
+                search = Search(
+                    self.space,
+                    self.mapping,
+                    self.start,
+                    settings,
+                    self.run_dir,
+                    executor,
+                    render=lambda m: self.renderer.refusal(trial_mapping(m, self.run_dir)),
+                    on_progress=self.on_progress,
+                    should_stop=self.should_stop,
+                )
+                self.on_progress("begin", {"run_dir": str(self.run_dir), "search": search})
+                search.replay()
+                search.run()
+        finally:
+            self.guard.restore()
+            if search is not None:
+                self.summary = write_outputs(
+                    self.run_dir,
+                    search.records,
+                    search.best,
+                    self.start,
+                    {
+                        "started_at": started_at,
+                        "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
+                        "config": str(self.config_path),
+                        "facts": self.facts_summary,
+                        "workload": workload.to_dict(),
+                        "settings": settings.to_dict(),
+                        "space": self.space.to_dict(),
+                        "stopped_by": search.stopped_by,
+                        "service": list(self.guard.log),
+                        "telemetry": locals().get("telemetry_status"),
+                        "bench_plan": {"ladder": [workload.concurrency]},
+                    },
+                    settings.confidence,
+                )
+        return self.summary
+
+    def _executor(self, workload: Workload, sampler):
+        def execute(number, candidate, mapping, decide, deadline) -> TrialOutcome:
+            trial_dir = self.run_dir / "trials" / f"{number:03d}"
+            trial = trial_mapping(mapping, trial_dir)
+            path = trial_dir / "config.yaml"
+            write_trial_config(trial, path)
+            config = config_from_mapping(trial, str(path))
+            held = _wait_for_free_gpus(self.should_stop)
+            outcome = run_trial(
+                TrialRequest(
+                    number=number,
+                    config=config,
+                    config_path=path,
+                    trial_dir=trial_dir,
+                    bench=bench_plan_for(config, workload),
+                    decide=decide,
+                    deadline=deadline,
+                    sampler=sampler,
+                    should_stop=self.should_stop,
+                    warmup_prompts=workload.warmup_prompts,
+                    on_progress=lambda text: self.on_progress(
+                        "trial-phase", {"number": number, "phase": text}
+                    ),
+                )
+            )
+            if held:
+                outcome.diagnosis.append(f"GPU memory held by others at start: {held}")
+            return outcome
+
+        return execute
+
+
+def _wait_for_free_gpus(should_stop: Callable[[], bool]) -> str | None:
+    """Wait until no process holds GPU memory (the last trial's engine frees it within
+    seconds); what still holds it after the wait, else None. Without NVML: None."""
+    deadline = time.monotonic() + GPU_FREE_WAIT_S
+    while True:
+        try:
+            holders = list_gpu_processes()
+        except NvmlUnavailable:
+            return None
+        if not holders:
+            return None
+        if time.monotonic() >= deadline or should_stop():
+            return ", ".join(f"pid {pid} on GPU {gpu} ({mib} MiB)" for gpu, pid, mib in holders)
+        time.sleep(1.0)
+
+
+def _jsonable(values: dict[str, Any]) -> dict[str, Any]:
+    return json.loads(json.dumps(values, default=str))
+
+
+def _overrides(settings: SearchSettings) -> dict[str, Any]:
+    """On resume, only the budget and trial limits given now replace the saved ones."""
+    data = asdict(settings)
+    return {k: data[k] for k in ("budget_s", "max_trials", "trial_timeout_s")}

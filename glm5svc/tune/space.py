@@ -1,0 +1,210 @@
+"""The search space: which settings `glm5svc tune` tries, as data per target and sglang.
+
+glm5svc/data/tune-space.yaml is the default (`--space FILE` replaces it, same schema).
+A candidate is a mapping knob -> value; applied to the operator's configuration it gives
+a trial configuration, which is validated and rendered by the launch plan like any
+other, so the plan's rules hold for every trial.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+
+from glm5svc.config import Config, ConfigLoader, config_from_mapping, describe_error
+from glm5svc.errors import ConfigError
+from glm5svc.sglang_flags import version_problem
+
+DEFAULT_SPACE = Path(__file__).resolve().parents[1] / "data" / "tune-space.yaml"
+Value = None | bool | int | float | str
+
+
+class _KnobSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    key: str | None = None
+    flag: str | None = None
+    values: list[Value] | None = None
+    by_target: dict[str, list[Value]] | None = None
+    kv_pool: bool = False
+    moe_only: bool = False
+
+    @model_validator(mode="after")
+    def _one_of_each(self) -> _KnobSpec:
+        if (self.key is None) == (self.flag is None):
+            raise ValueError("give exactly one of `key` (a config key) or `flag` (--flag)")
+        if self.key is not None and (
+            self.key.count(".") != 1 or self.key.split(".")[0] not in ("tuning",)
+        ):
+            raise ValueError(f"key {self.key!r}: only tuning.<name> keys can be searched")
+        if self.flag is not None and not self.flag.startswith("--"):
+            raise ValueError(f"flag {self.flag!r}: a launch_server flag starts with --")
+        if (self.values is None) == (self.by_target is None):
+            raise ValueError("give exactly one of `values` or `by_target`")
+        return self
+
+
+class _SpaceFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    knobs: list[_KnobSpec]
+
+
+@dataclass(frozen=True)
+class Knob:
+    name: str  # "tuning.<key>" or "--flag"
+    values: tuple[Value, ...]
+    kv_pool: bool = False
+
+    @property
+    def is_flag(self) -> bool:
+        return self.name.startswith("--")
+
+
+@dataclass
+class Space:
+    knobs: list[Knob]
+    source: str
+    left_out: list[str] = field(default_factory=list)  # knob or value, and why
+
+    def knob(self, name: str) -> Knob:
+        return next(k for k in self.knobs if k.name == name)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "knobs": [
+                {"name": k.name, "values": list(k.values), "kv_pool": k.kv_pool} for k in self.knobs
+            ],
+            "left_out": list(self.left_out),
+        }
+
+
+def read_space_file(path: Path | None) -> _SpaceFile:
+    path = Path(path) if path else DEFAULT_SPACE
+    try:
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=ConfigLoader)  # noqa: S506
+    except OSError as exc:
+        raise ConfigError(f"--space {path}: cannot read: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"--space {path}: not valid YAML: {exc}") from None
+    try:
+        return _SpaceFile.model_validate(data)
+    except ValidationError as exc:
+        problems = [describe_error(err) for err in exc.errors(include_url=False)]
+        raise ConfigError(f"--space {path}: not a search space", problems=problems) from None
+
+
+def load_space(path: Path | None, config: Config, moe: bool, sglang_version: str | None) -> Space:
+    """The knobs for this target, model and sglang; what is left out says why."""
+    spec = read_space_file(path)
+    space = Space([], str(path or DEFAULT_SPACE))
+    target = config.gpus.target
+    for knob in spec.knobs:
+        name = knob.key or knob.flag
+        if knob.moe_only and not moe:
+            space.left_out.append(f"{name}: the model is not a mixture of experts")
+            continue
+        values = knob.values if knob.values is not None else knob.by_target.get(target)
+        if values is None:
+            space.left_out.append(f"{name}: no values for target {target}")
+            continue
+        if knob.flag and sglang_version:
+            problem = version_problem(knob.flag, sglang_version)
+            if problem:
+                space.left_out.append(f"{name}: {problem}")
+                continue
+        start = start_value(config, name)
+        ordered = [start] + [v for v in values if v != start]
+        space.knobs.append(Knob(name, tuple(_dedupe(ordered)), knob.kv_pool))
+    if not space.knobs:
+        raise ConfigError(
+            f"{space.source}: nothing to search for target {target}",
+            problems=space.left_out,
+        )
+    return space
+
+
+def _dedupe(values: list[Value]) -> list[Value]:
+    seen: list[Value] = []
+    for value in values:
+        if not any(_same(value, s) for s in seen):
+            seen.append(value)
+    return seen
+
+
+def start_value(config: Config, name: str) -> Value:
+    """The knob's value in the operator's configuration (defaults included)."""
+    if name.startswith("--"):
+        args = list(config.server.extra_args)
+        if name not in args:
+            return None
+        at = args.index(name)
+        following = args[at + 1] if at + 1 < len(args) else None
+        if following is None or following.startswith("--"):
+            return True
+        return _number_or_text(following)
+    section, key = name.split(".", 1)
+    return getattr(getattr(config, section), key)
+
+
+def _number_or_text(text: str) -> Value:
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def apply_candidate(mapping: dict[str, Any], candidate: dict[str, Value]) -> dict[str, Any]:
+    """The configuration mapping with the candidate's settings (the input is not changed)."""
+    result = copy.deepcopy(mapping)
+    for name, value in candidate.items():
+        if name.startswith("--"):
+            server = result.setdefault("server", {}) or {}
+            result["server"] = server
+            args = _without_flag(list(server.get("extra_args") or []), name)
+            if value is True:
+                args.append(name)
+            elif value is not None and value is not False:
+                args += [name, str(value)]
+            server["extra_args"] = args
+        else:
+            section, key = name.split(".", 1)
+            block = result.get(section) or {}
+            result[section] = block
+            block[key] = value
+    return result
+
+
+def _without_flag(args: list[str], flag: str) -> list[str]:
+    kept, skip = [], False
+    for index, token in enumerate(args):
+        if skip:
+            skip = False
+            continue
+        if token == flag:
+            following = args[index + 1] if index + 1 < len(args) else None
+            skip = following is not None and not following.startswith("--")
+            continue
+        kept.append(token)
+    return kept
+
+
+def overlay_of(candidate: dict[str, Value], start: dict[str, Value]) -> dict[str, Value]:
+    """Only what differs from the start."""
+    return {k: v for k, v in candidate.items() if not _same(start.get(k), v)}
+
+
+def _same(a: Value, b: Value) -> bool:
+    return a == b and type(a) is type(b)
+
+
+def trial_config(mapping: dict[str, Any], source: str) -> Config:
+    return config_from_mapping(mapping, source)

@@ -1,0 +1,342 @@
+"""One trial: the engine with a candidate's settings under `glm5svc serve`, benchmarked, drained.
+
+The trial runs the service's own command (`python -m glm5svc --config TRIAL serve`) in
+its own process group, so the candidate is supervised exactly as `glm5.service` would
+supervise it: READY after one real generation, sglang's own drain on SIGTERM, the
+diagnosis of a failed start in its last-run file. The benchmark is `sglang.bench_serving`
+through glm5svc's bench runner, with a GPU telemetry window per run and sglang's
+scheduler gauges sampled beside it for the diagnosis.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from glm5svc.bench.plan import BenchPlan
+from glm5svc.bench.runner import run_level
+from glm5svc.config import Config, read_api_key
+from glm5svc.parent_death import die_with_parent
+from glm5svc.serve.probes import EngineClient
+from glm5svc.serve.supervisor import LAST_RUN_FILE
+from glm5svc.tune.diagnosis import GaugeSample, diagnose_run
+
+READY_POLL_S = 0.5
+GAUGE_POLL_S = 0.5
+STOP_MARGIN_S = 30.0  # beyond the service's own drain limit, before the group is killed
+# systemd's variables are for the tune process, never for a trial's serve.
+NOT_FOR_TRIALS = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "GLM5SVC_CONFIG")
+
+LEVEL_FILE = "level.json"
+CONTINUE, STOP, PRUNE = "continue", "stop", "prune"
+Decide = Callable[[list["RunFigures"]], str]
+
+
+@dataclass(frozen=True)
+class RunFigures:
+    """One benchmark run of a trial, as the search compares it."""
+
+    throughput: float  # total (input + output) tokens/s
+    output_throughput: float | None
+    ttft_p99_ms: float | None
+    itl_p99_ms: float | None
+    ttft_median_ms: float | None
+    power_share: float | None  # mean share of the power limit over the GPUs
+    running_max: float | None
+    queue_mean: float | None
+    token_usage_max: float | None
+    wall_s: float
+    completed: int
+    requested: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunFigures:
+        return cls(**data)
+
+
+@dataclass
+class TrialOutcome:
+    status: str  # measured | failed | pruned | interrupted
+    runs: list[RunFigures] = field(default_factory=list)
+    warmup: RunFigures | None = None
+    kv_pool_tokens: int | None = None
+    ready_after_s: float | None = None
+    failure: str | None = None
+    diagnosis: list[str] = field(default_factory=list)
+    stop: dict[str, Any] = field(default_factory=dict)
+    serve_log: str | None = None
+    wall_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["runs"] = [r.to_dict() for r in self.runs]
+        data["warmup"] = self.warmup.to_dict() if self.warmup else None
+        return data
+
+
+@dataclass
+class TrialRequest:
+    number: int
+    config: Config  # the trial's configuration, validated
+    config_path: Path  # where it was written
+    trial_dir: Path
+    bench: BenchPlan  # one level: the target concurrency
+    decide: Decide
+    deadline: float  # time.monotonic() by which the trial must have ended
+    sampler: Any = None  # a telemetry WindowSampler, or None
+    should_stop: Callable[[], bool] = lambda: False
+    warmup_prompts: int = 0
+    on_progress: Callable[[str], None] = lambda text: None
+
+
+def run_trial(request: TrialRequest) -> TrialOutcome:
+    started = time.monotonic()
+    request.trial_dir.mkdir(parents=True, exist_ok=True)
+    log_path = request.trial_dir / "serve.log"
+    serve = _start_serve(request, log_path)
+    outcome = TrialOutcome("measured", serve_log=str(log_path))
+    try:
+        _measure(request, serve, outcome, started)
+    finally:
+        outcome.stop = _stop_serve(serve, request.config)
+        if outcome.kv_pool_tokens is None:
+            outcome.kv_pool_tokens = _kv_pool_from_log(log_path)
+        if outcome.status == "failed" and not outcome.diagnosis:
+            outcome.diagnosis = _serve_diagnosis(request.config)
+        outcome.wall_s = round(time.monotonic() - started, 1)
+    return outcome
+
+
+def _measure(request: TrialRequest, serve: subprocess.Popen, outcome: TrialOutcome, t0: float):
+    request.on_progress("starting the engine")
+    ready = _wait_ready(request, serve)
+    if ready is not None:
+        outcome.status, outcome.failure = ready
+        return
+    outcome.ready_after_s = round(time.monotonic() - t0, 1)
+    outcome.kv_pool_tokens = _kv_pool_from_status(request.config)
+    client = EngineClient(
+        request.config.server.host,
+        request.config.server.port,
+        read_api_key(request.config.server.api_key_file),
+    )
+    cap = request.config.tuning.max_running_requests
+    concurrency = request.bench.ladder[0]
+    if request.warmup_prompts:
+        request.on_progress("warm-up run (discarded)")
+        warm = _bench_run(request, client, "warmup", request.warmup_prompts)
+        if isinstance(warm, str):
+            outcome.status, outcome.failure = _run_failed(serve, warm)
+            return
+        outcome.warmup = warm
+    while True:
+        if request.should_stop():
+            outcome.status = "interrupted"
+            return
+        if time.monotonic() >= request.deadline:
+            outcome.diagnosis.append("the trial's time ran out; measured runs kept")
+            break
+        label = f"run {len(outcome.runs) + 1}"
+        request.on_progress(label)
+        figures = _bench_run(request, client, f"r{len(outcome.runs) + 1:02d}")
+        if isinstance(figures, str):
+            if request.should_stop():
+                outcome.status = "interrupted"
+                return
+            outcome.status, outcome.failure = _run_failed(serve, figures)
+            return
+        outcome.runs.append(figures)
+        verdict = request.decide(outcome.runs)
+        if verdict == PRUNE:
+            outcome.status = "pruned"
+            break
+        if verdict == STOP:
+            break
+    outcome.diagnosis += diagnose_run(outcome.runs, cap, concurrency, request.config)
+
+
+def _run_failed(serve: subprocess.Popen, error: str) -> tuple[str, str]:
+    if serve.poll() is not None:
+        return "failed", f"the engine stopped during the benchmark (serve exit {serve.returncode})"
+    return "failed", f"benchmark run failed: {error}"
+
+
+def _bench_run(
+    request: TrialRequest, client: EngineClient, name: str, prompts: int | None = None
+) -> RunFigures | str:
+    plan = request.bench.with_overrides(num_prompts=prompts) if prompts else request.bench
+    concurrency = plan.ladder[0]
+    run_dir = request.trial_dir / "runs" / name
+    gauges = _GaugePoller(client)
+    gauges.start()
+    try:
+        level, _ = run_level(
+            plan, concurrency, run_dir, sampler=request.sampler, should_stop=request.should_stop
+        )
+    finally:
+        samples = gauges.stop()
+    # The chosen trial's last run becomes the baseline for `glm5svc bench compare`.
+    (run_dir / LEVEL_FILE).write_text(json.dumps(level.to_dict(), indent=2), encoding="utf-8")
+    if not level.ok or level.metrics is None or not level.metrics.total_throughput:
+        return level.error or f"{level.completed} of {level.requested} requests completed"
+    metrics = level.metrics
+    running = [s.running for s in samples if s.running is not None]
+    queued = [s.queued for s in samples if s.queued is not None]
+    usage = [s.token_usage for s in samples if s.token_usage is not None]
+    return RunFigures(
+        throughput=metrics.total_throughput,
+        output_throughput=metrics.output_throughput,
+        ttft_p99_ms=metrics.latency("ttft", "p99"),
+        itl_p99_ms=metrics.latency("itl", "p99"),
+        ttft_median_ms=metrics.latency("ttft", "median"),
+        power_share=level.telemetry.mean_power_share if level.telemetry.available else None,
+        running_max=max(running) if running else None,
+        queue_mean=sum(queued) / len(queued) if queued else None,
+        token_usage_max=max(usage) if usage else None,
+        wall_s=round(level.wall_s, 2),
+        completed=level.completed,
+        requested=level.requested,
+    )
+
+
+class _GaugePoller:
+    """sglang's scheduler gauges (running, queued, KV usage) every half second."""
+
+    def __init__(self, client: EngineClient):
+        self.client = client
+        self.samples: list[GaugeSample] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="tune-gauges", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(GAUGE_POLL_S):
+            values = self.client.scheduler_gauges(timeout=2.0)
+            if values is not None:
+                self.samples.append(GaugeSample.from_gauges(values))
+
+    def stop(self) -> list[GaugeSample]:
+        self._stop.set()
+        self._thread.join(5)
+        return list(self.samples)
+
+
+def _start_serve(request: TrialRequest, log_path: Path) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if k not in NOT_FOR_TRIALS}
+    env["PYTHONUNBUFFERED"] = "1"
+    command = [sys.executable, "-m", "glm5svc", "--config", str(request.config_path), "serve"]
+    with open(log_path, "wb") as log:  # the child keeps its own descriptor
+        return subprocess.Popen(
+            command,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+            # If tune dies, serve drains and ends its engine (its own SIGTERM handling).
+            preexec_fn=die_with_parent(signal.SIGTERM),
+        )
+
+
+def _listener_url(config: Config, path: str) -> str:
+    host = config.service.listen_host
+    host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+    return f"http://{host}:{config.service.listen_port}{path}"
+
+
+def _wait_ready(request: TrialRequest, serve: subprocess.Popen) -> tuple[str, str] | None:
+    """None once the trial's serve says READY; else (status, why not)."""
+    url = _listener_url(request.config, "/readyz")
+    while True:
+        if serve.poll() is not None:
+            return "failed", f"the engine did not start: serve exited with {serve.returncode}"
+        if request.should_stop():
+            return "interrupted", "stopped while the engine was starting"
+        if time.monotonic() >= request.deadline:
+            return "failed", "not ready within the trial's time limit (--trial-timeout)"
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                if response.status == 200:
+                    return None
+        except (urllib.error.URLError, OSError, ValueError):
+            pass
+        time.sleep(READY_POLL_S)
+
+
+def _kv_pool_from_status(config: Config) -> int | None:
+    try:
+        with urllib.request.urlopen(_listener_url(config, "/status"), timeout=5) as response:
+            status = json.loads(response.read())
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
+    value = status.get("kv_pool_tokens") if isinstance(status, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _kv_pool_from_log(path: Path) -> int | None:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    pools = [int(m.group(1)) for m in _KV_LINE.finditer(text)]
+    return min(pools) if pools else None  # each rank prints its own
+
+
+def _stop_serve(serve: subprocess.Popen, config: Config) -> dict[str, Any]:
+    """SIGTERM to serve (it drains the engine as glm5.service's stop does); the group is
+    killed only past the drain limit."""
+    started = time.monotonic()
+    if serve.poll() is None:
+        serve.send_signal(signal.SIGTERM)
+        try:
+            serve.wait(config.service.drain_timeout_s + STOP_MARGIN_S)
+        except subprocess.TimeoutExpired:
+            pass
+    killed = False
+    try:
+        os.killpg(serve.pid, signal.SIGKILL)
+        killed = serve.returncode is None
+    except (ProcessLookupError, PermissionError):
+        pass
+    if serve.returncode is None:
+        serve.wait(10)
+    return {
+        "serve_exit": serve.returncode,
+        "stop_s": round(time.monotonic() - started, 1),
+        "killed": killed,
+    }
+
+
+def _serve_diagnosis(config: Config) -> list[str]:
+    path = Path(config.service.results_dir) / LAST_RUN_FILE
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    lines = [str(record.get("message") or "")]
+    for item in record.get("diagnosis") or []:
+        if isinstance(item, dict):
+            title = item.get("title") or item.get("id") or ""
+            fix = item.get("fix") or ""
+            lines.append(f"{title}: {fix}" if fix else str(title))
+    return [line for line in lines if line]
+
+
+_KV_LINE = re.compile(r"KV Cache is allocated\. #tokens: (\d+)")
