@@ -1,5 +1,8 @@
 """A stand-in for `python -m sglang.launch_server`, for tests only (never installed as the engine).
 
+Longer than 400 lines: one self-contained file, because the lab and Molecule copy it
+into containers as a single script.
+
 Speaks the part of SGLang's HTTP surface that glm5svc and `sglang.bench_serving
 --backend sglang` use: /health, /health_generate, /generate (streaming
 `data: {...}\\n\\n` chunks with cumulative text and meta_info, then `data: [DONE]`),
@@ -34,9 +37,29 @@ Throughput model (a real engine's knee): each decode step takes
 one token; at most --max-running-requests run, the rest queue. Prefill adds
 prefill_us_per_token * new input tokens to the step. Flags: --step-base-ms (8),
 --step-per-req-ms (0.25), --prefill-us-per-token (2), --stream-interval (1).
-
-Longer than 400 lines: one self-contained file, because the lab and Molecule copy it
-into containers as a single script.
+The settings a tuner searches answer as sglang's would (`predicted_step_ms`, which the
+engine loop itself uses, and `kv_pool_tokens`; the factors are `STEP_FACTORS`):
+  --mem-fraction-static F (0.9)  the KV pool: int(KV_TOKENS_AT_FULL * F) tokens, capped by
+      --max-total-tokens N and rounded down to whole pages (--page-size N, 1); printed on
+      "KV Cache is allocated. #tokens: N" and as max_total_num_tokens=N. A request is
+      admitted only while the running requests' prompt + max_new tokens (in whole pages)
+      fit in the pool, besides --max-running-requests; sglang:token_usage is used/pool.
+  --attention-backend NAME, --moe-runner-backend NAME  multiply the whole step by their
+      factor (a name not in the table, or no flag: 1.0).
+  CUDA graphs (on unless --disable-cuda-graph)  step_base_ms costs 0.6x while at most 64
+      requests run, step_per_req_ms 1.05x above that: graphs win at low concurrency and
+      lose at high, as the reference deployment saw.
+  --chunked-prefill-size N  at most N new prompt tokens are admitted per step (at least
+      one request; absent or <= 0: no limit).
+and --test-mode items:
+  noise=FRACTION        each step time times a lognormal factor of that sigma, drawn from
+                        random.Random(seed)
+  seed=N                the noise's seed (default 0)
+  oom-above=F           crash as crash=oom does (at "kv") when --mem-fraction-static > F
+  cold=SECONDS          steps take 1.3x for the first SECONDS of serving (kernels compiling
+                        for each new shape: a real server's first benchmark is slow)
+  kv-at-full=TOKENS     KV_TOKENS_AT_FULL for this engine (a pool small enough to bind in
+                        a short CPU benchmark)
 """
 
 from __future__ import annotations
@@ -44,7 +67,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -179,6 +204,54 @@ CRASHES = {
 }
 
 
+# The KV pool --mem-fraction-static 1.0 would give (sglang's default 0.9: 1,080,000).
+KV_TOKENS_AT_FULL = 1_200_000
+DEFAULT_MEM_FRACTION_STATIC = 0.9
+# Multipliers of the step time; names not listed (and absent flags) count 1.0.
+STEP_FACTORS = {
+    "attention_backend": {"triton": 1.0, "flashinfer": 0.85, "fa3": 0.8},
+    "moe_runner_backend": {"auto": 1.0, "triton": 1.1, "flashinfer_cutlass": 0.9, "cutlass": 0.95},
+    # CUDA graphs on: step_base_ms times "base" while at most "small_batch" requests run,
+    # step_per_req_ms times "per_req" above that.
+    "cuda_graph": {"small_batch": 64, "base": 0.6, "per_req": 1.05},
+}
+COLD_FACTOR = 1.3
+DEFAULT_CHUNKED_PREFILL_SIZE = 8192  # what the log line shows when the flag is absent
+KV_GB_PER_TOKEN = 28.40 / 1043968  # the size this engine printed for its old fixed pool
+
+
+def kv_pool_tokens(args) -> int:
+    """The KV pool in tokens, as the engine sizes it from its flags (and kv-at-full=)."""
+    at_full = int(args.mode.get("kv-at-full", KV_TOKENS_AT_FULL))
+    tokens = int(at_full * args.mem_fraction_static)
+    if args.max_total_tokens is not None:
+        tokens = min(tokens, args.max_total_tokens)
+    page = max(1, args.page_size)
+    return tokens // page * page
+
+
+def request_kv_tokens(args, prompt_tokens: int, max_new: int) -> int:
+    """What one request holds in the pool: prompt + max_new, in whole pages."""
+    page = max(1, args.page_size)
+    return math.ceil((prompt_tokens + max_new) / page) * page
+
+
+def predicted_step_ms(args, running: int, prefill_tokens: int) -> float:
+    """One step with `running` requests decoding and `prefill_tokens` new prompt tokens,
+    before noise= and cold=."""
+    base, per_req = args.step_base_ms, args.step_per_req_ms
+    if not args.disable_cuda_graph:
+        graphs = STEP_FACTORS["cuda_graph"]
+        if running <= graphs["small_batch"]:
+            base *= graphs["base"]
+        else:
+            per_req *= graphs["per_req"]
+    factor = STEP_FACTORS["attention_backend"].get(args.attention_backend, 1.0)
+    factor *= STEP_FACTORS["moe_runner_backend"].get(args.moe_runner_backend, 1.0)
+    step_ms = base + per_req * running + prefill_tokens * args.prefill_us_per_token / 1e3
+    return step_ms * factor
+
+
 def parse_mode(text: str) -> dict[str, str]:
     mode = {}
     for item in filter(None, (part.strip() for part in text.split(","))):
@@ -214,6 +287,14 @@ def parse_args(argv: list[str]):
     parser.add_argument("--stream-interval", type=int, default=1)
     parser.add_argument("--context-length", type=int, default=202752)
     parser.add_argument("--api-key", default=None)
+    parser.add_argument("--attention-backend", default=None)
+    # CUDA graphs are on unless this is given, as in sglang (the model's graph factors).
+    parser.add_argument("--disable-cuda-graph", action="store_true")
+    parser.add_argument("--moe-runner-backend", default=None)
+    parser.add_argument("--mem-fraction-static", type=float, default=DEFAULT_MEM_FRACTION_STATIC)
+    parser.add_argument("--max-total-tokens", type=int, default=None)
+    parser.add_argument("--chunked-prefill-size", type=int, default=None)
+    parser.add_argument("--page-size", type=int, default=1)
     args, unknown = parser.parse_known_args(merge_config_file(argv))
     args.unknown = unknown
     args.mode = parse_mode(args.test_mode)
@@ -242,12 +323,16 @@ class Log:
 
 
 class Request:
-    __slots__ = ("rid", "prompt_tokens", "max_new", "generated", "queue", "started", "prefilled")
+    __slots__ = (
+        "rid", "prompt_tokens", "max_new", "generated", "queue", "started", "prefilled",
+        "kv_tokens",
+    )  # fmt: skip
 
     def __init__(self, prompt_tokens: int, max_new: int):
         self.rid = uuid.uuid4().hex
         self.prompt_tokens = prompt_tokens
         self.max_new = max(1, max_new)
+        self.kv_tokens = 0  # set on submit: what it holds in the KV pool
         self.generated = 0
         self.queue: asyncio.Queue = asyncio.Queue()
         self.started = time.perf_counter()
@@ -267,9 +352,16 @@ class Engine:
         self.frozen = False
         self.wake = asyncio.Event()
         self.last_gen_throughput = 0.0
+        self.kv_tokens = kv_pool_tokens(args)
+        self.kv_used = 0
+        self.noise = float(args.mode.get("noise", 0))
+        self.rng = random.Random(int(args.mode.get("seed", 0)))
+        self.cold_s = float(args.mode.get("cold", 0))
+        self.serving_since: float | None = None
 
     def submit(self, request: Request, log_metrics: bool = True) -> None:
         """log_metrics=False: sglang's health generation, which its metrics do not count."""
+        request.kv_tokens = request_kv_tokens(self.args, request.prompt_tokens, request.max_new)
         self.waiting.append(request)
         self.requests_total += int(log_metrics)
         self.wake.set()
@@ -283,12 +375,9 @@ class Engine:
                 self.wake.clear()
                 await self.wake.wait()
                 continue
-            admit = self.args.max_running_requests - len(self.running)
-            new, self.waiting = self.waiting[:admit], self.waiting[admit:]
-            self.running += new
+            new = self.admit()
             prefill_tokens = sum(r.prompt_tokens for r in new)
-            step_s = (self.args.step_base_ms + self.args.step_per_req_ms * len(self.running)) / 1e3
-            step_s += prefill_tokens * self.args.prefill_us_per_token / 1e6
+            step_s = self.step_ms(len(self.running), prefill_tokens) / 1e3
             await asyncio.sleep(step_s)
             if self.frozen:
                 continue
@@ -303,7 +392,41 @@ class Engine:
                     request.queue.put_nowait(done)
                 if not done:
                     still.append(request)
+                else:
+                    self.kv_used -= request.kv_tokens
             self.running = still
+
+    def admit(self) -> list[Request]:
+        """Move waiting requests to the running batch, first come, first served, while the
+        batch ceiling, the KV pool and the prefill chunk allow; the first request that does
+        not fit waits, and so do those behind it."""
+        budget = self.args.chunked_prefill_size
+        new: list[Request] = []
+        prefill = 0
+        for request in self.waiting:
+            if len(self.running) + len(new) >= self.args.max_running_requests:
+                break
+            alone = not self.running and not new  # a request larger than the pool still runs
+            if self.kv_used + request.kv_tokens > self.kv_tokens and not alone:
+                break
+            if budget and budget > 0 and new and prefill + request.prompt_tokens > budget:
+                break
+            new.append(request)
+            prefill += request.prompt_tokens
+            self.kv_used += request.kv_tokens
+        self.waiting = self.waiting[len(new) :]
+        self.running += new
+        return new
+
+    def step_ms(self, running: int, prefill_tokens: int) -> float:
+        """The model's step time, with noise= and cold= applied."""
+        step = predicted_step_ms(self.args, running, prefill_tokens)
+        if self.noise > 0:
+            step *= self.rng.lognormvariate(0.0, self.noise)
+        if self.cold_s and self.serving_since is not None:
+            if time.monotonic() - self.serving_since < self.cold_s:
+                step *= COLD_FACTOR
+        return step
 
 
 def text_for(tokens: int) -> str:
@@ -335,6 +458,9 @@ class Server:
     # --- failure injection -------------------------------------------------------
     def crash_now(self, where: str) -> None:
         name = self.mode.get("crash")
+        oom_above = self.mode.get("oom-above")
+        if not name and oom_above and self.args.mem_fraction_static > float(oom_above):
+            name = "oom"
         if not name or CRASHES.get(name, ("", []))[0] != where:
             return
         lines = CRASHES[name][1]
@@ -436,6 +562,13 @@ class Server:
                 "tp_size": self.args.tp_size or 1,
                 "max_running_requests": self.args.max_running_requests,
                 "context_length": self.args.context_length,
+                "mem_fraction_static": self.args.mem_fraction_static,
+                "max_total_num_tokens": self.engine.kv_tokens,
+                "attention_backend": self.args.attention_backend,
+                "moe_runner_backend": self.args.moe_runner_backend,
+                "disable_cuda_graph": self.args.disable_cuda_graph,
+                "chunked_prefill_size": self.args.chunked_prefill_size,
+                "page_size": self.args.page_size,
                 "version": "0.5.10.post1-test-engine",
                 "internal_states": [{"last_gen_throughput": self.engine.last_gen_throughput}],
             }
@@ -475,7 +608,7 @@ class Server:
             ("num_running_reqs", "gauge", len(engine.running)),
             ("num_queue_reqs", "gauge", len(engine.waiting)),
             ("gen_throughput", "gauge", engine.last_gen_throughput),
-            ("token_usage", "gauge", min(1.0, len(engine.running) / 1024)),
+            ("token_usage", "gauge", engine.kv_used / engine.kv_tokens if engine.kv_tokens else 0),
             ("cache_hit_rate", "gauge", 0.0),
             ("prompt_tokens_total", "counter", engine.prompt_tokens_total),
             ("generation_tokens_total", "counter", engine.generation_tokens_total),
@@ -553,7 +686,9 @@ async def start_up(server: Server) -> None:
         "avail mem=40.87 GB, mem usage=53.25 GB."
     )
     server.crash_now("kv")
-    log.all_ranks("KV Cache is allocated. #tokens: 1043968, KV size: 28.40 GB")
+    kv_tokens = server.engine.kv_tokens
+    kv_gb = kv_tokens * KV_GB_PER_TOKEN
+    log.all_ranks(f"KV Cache is allocated. #tokens: {kv_tokens}, KV size: {kv_gb:.2f} GB")
     log.line("Memory pool end. avail mem=8.12 GB", 0)
     log.line("Running FlashInfer autotune...", 0)
     await asyncio.sleep(0.1)
@@ -565,8 +700,10 @@ async def start_up(server: Server) -> None:
         "avail mem=7.79 GB.",
         0,
     )
+    chunked = args.chunked_prefill_size or DEFAULT_CHUNKED_PREFILL_SIZE
     log.line(
-        f"max_total_num_tokens=1043968, chunked_prefill_size=8192, max_prefill_tokens=16384, "
+        f"max_total_num_tokens={kv_tokens}, chunked_prefill_size={chunked}, "
+        "max_prefill_tokens=16384, "
         f"max_running_requests={args.max_running_requests}, "
         f"context_len={args.context_length}, available_gpu_mem=7.79 GB"
     )
@@ -606,7 +743,7 @@ async def main_async(args) -> None:
         0,
     )
     server.ready = True
-    server.serving_since = time.monotonic()
+    server.serving_since = server.engine.serving_since = time.monotonic()
     log.line("The server is fired up and ready to roll!")
     await stop.wait()
     # sglang 0.5.11 SignalHandler.sigterm_handler + TokenizerManager.sigterm_watchdog
