@@ -151,6 +151,8 @@ def render(status: dict) -> str:
         lines.append(f"  start-up took {_duration(status['startup_seconds'])}")
     elif status.get("load_percent") is not None:
         lines.append(f"  loading weights: {status['load_percent']}%")
+    if status.get("kv_pool_tokens") is not None:
+        lines.append(f"  KV pool: {status['kv_pool_tokens']} tokens")
     probes = status.get("probes") or {}
     lines.append(
         f"  probes: {probes.get('total', 0)} sent, {probes.get('failures_total', 0)} failed "

@@ -4,6 +4,8 @@ Line shapes come from SGLang 0.5.x: `[2026-01-01 12:00:00 TP3] Load weight begin
 (also `DP0 TP3 EP0`), tqdm bars such as
 `Loading safetensors checkpoint shards:  45% Completed | 36/80 [01:02<01:16, ...]`
 (written with carriage returns), uvicorn's `INFO:     ...`, torch's `[rank3]:[E1129 ...]`.
+The KV pool each rank got: `KV Cache is allocated. #tokens: 18214696, K size: 34.74 GB, V
+size: 34.74 GB` (0.5.11; older and NSA models: `..., KV size: 0.35 GB`).
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ _STARTUP_STEPS = re.compile(
     r"|FlashInfer autotune|max_total_num_tokens="
     r"|Application startup complete|Uvicorn running on|Prefill batch|Decode batch"
 )
+_KV_POOL = re.compile(r"KV Cache is allocated\. #tokens: (\d+)")
 _PERCENT = re.compile(r"^\s*(?P<label>[^:\r\n]{3,80}):\s*(?P<pct>\d{1,3})%")
 _LOAD_LABEL = re.compile(r"checkpoint shards|loading shards|weights", re.IGNORECASE)
 _RANK = re.compile(r"^\[[^\]]*?\b(?:TP|rank)(\d+)\b[^\]]*\]|^\[rank(\d+)\]")
@@ -86,6 +89,7 @@ class LineInfo:
     progress_percent: int | None
     startup_step: bool
     fired_up: bool
+    kv_pool_tokens: int | None = None  # the KV pool this rank allocated
 
 
 # The argument dump names flags such as skip_server_warmup: it opens no phase.
@@ -104,6 +108,7 @@ def parse_line(text: str) -> LineInfo:
             load_percent, phase = pct, Phase.LOADING
         else:
             progress_label, progress_percent = label, pct
+    kv_pool = _KV_POOL.search(text)
     return LineInfo(
         text=text,
         rank=_rank(text),
@@ -114,6 +119,7 @@ def parse_line(text: str) -> LineInfo:
         progress_percent=progress_percent,
         startup_step=bool(_STARTUP_STEPS.search(text)),
         fired_up=bool(FIRED_UP.search(text)),
+        kv_pool_tokens=int(kv_pool.group(1)) if kv_pool else None,
     )
 
 

@@ -83,6 +83,7 @@ class SupervisorState:
         self.engine_started_mono: float | None = None
         self.engine_exit_status: int | None = None
         self.load_percent: int | None = None
+        self.kv_pool_tokens: int | None = None  # the smallest rank's pool, once allocated
         self.startup_seconds: float | None = None
         self.ready = False
         self.draining = False
@@ -106,6 +107,12 @@ class SupervisorState:
         with self.lock:
             self.phase = phase
             self.status_text = text or phase.value
+
+    def record_kv_pool(self, tokens: int) -> None:
+        """Each rank prints its pool; requests fit only in the smallest."""
+        with self.lock:
+            known = self.kv_pool_tokens
+            self.kv_pool_tokens = tokens if known is None else min(known, tokens)
 
     @property
     def degraded(self) -> bool:
@@ -167,6 +174,7 @@ class SupervisorState:
                 ),
                 "startup_seconds": self.startup_seconds,
                 "load_percent": self.load_percent,
+                "kv_pool_tokens": self.kv_pool_tokens,
                 "engine_starts": self.engine_starts,
                 "restarts_seen": max(self.engine_starts - 1, 0),
                 "previous_run": self.previous_run,

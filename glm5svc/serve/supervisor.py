@@ -534,6 +534,8 @@ class Supervisor:
             phase = self.state.phase
             if info.fired_up:
                 self.state.engine_ready_line = True
+            if info.kv_pool_tokens is not None:
+                self.state.record_kv_pool(info.kv_pool_tokens)
             if not self.state.ready and self._drain is None:
                 if info.phase and later_startup_phase(phase, info.phase):
                     self.state.set_phase(info.phase)
@@ -838,6 +840,7 @@ class Supervisor:
             "diagnosis": self.state.diagnosis,
             "failed_runs_in_a_row": failures,
             "drain": self.state.drain,
+            "kv_pool_tokens": self.state.kv_pool_tokens,
         }
         path = self._last_run_path()
         try:

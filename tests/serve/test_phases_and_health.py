@@ -12,7 +12,7 @@ from glm5svc.serve.phases import (
     parse_line,
 )
 from glm5svc.serve.probes import parse_progress_counters
-from glm5svc.serve.state import EngineHealth
+from glm5svc.serve.state import EngineHealth, SupervisorState
 
 
 def test_loading_progress_bar():
@@ -20,6 +20,22 @@ def test_loading_progress_bar():
         "Loading safetensors checkpoint shards:  45% Completed | 36/80 [01:02<01:16,  1.70s/it]"
     )
     assert info.phase is Phase.LOADING and info.load_percent == 45
+
+
+def test_each_rank_prints_its_kv_pool_and_the_smallest_counts():
+    lines = [
+        "[2026-12-01 02:55:21 TP0] KV Cache is allocated. #tokens: 18214696, K size: 34.74 GB, "
+        "V size: 34.74 GB",
+        "[2026-12-01 02:55:21 TP1] KV Cache is allocated. #tokens: 18210000, K size: 34.73 GB, "
+        "V size: 34.73 GB",
+        "[2026-12-01 02:55:21 TP2] KV Cache is allocated. #tokens: 18214696, KV size: 69.48 GB",
+    ]
+    state = SupervisorState(wedge_window_s=1)
+    assert state.snapshot()["kv_pool_tokens"] is None
+    for line in lines:
+        state.record_kv_pool(parse_line(line).kv_pool_tokens)
+    assert state.kv_pool_tokens == 18210000
+    assert parse_line("[2026-12-01 TP0] Memory pool end. avail mem=8 GB").kv_pool_tokens is None
 
 
 def test_phase_markers_and_ranks():

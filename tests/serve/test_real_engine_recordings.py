@@ -20,6 +20,7 @@ from glm5svc.bench.serving_figures import parse_bench_line
 from glm5svc.serve.diagnosis import diagnose
 from glm5svc.serve.phases import FIRED_UP, PRIORITY_ERR, Phase, parse_line
 from glm5svc.serve.probes import PROGRESS_COUNTERS, parse_progress_counters
+from glm5svc.serve.state import SupervisorState
 from testkit.engine import TEST_ENGINE, free_port
 
 RECORDINGS = Path(__file__).resolve().parents[1] / "fixtures" / "real_engine"
@@ -70,6 +71,26 @@ def test_compile_progress_of_a_real_server_counts_as_progress():
     ]
     assert bars and all(info.progress_percent is not None for info in bars)
     assert max(info.progress_percent for info in bars) == 100
+
+
+@pytest.mark.parametrize(
+    "log",
+    sorted(RECORDINGS.glob("*/*.log")),
+    ids=lambda p: f"{p.parent.name}/{p.name}",
+)
+def test_the_kv_pool_of_a_real_server_is_read_from_its_log(log):
+    """The KV line (0.5.11: "K size: ..., V size: ..."; NSA: "KV size: ...") gives the pool
+    the scheduler reports as max_total_num_tokens."""
+    lines = log.read_text().splitlines()
+    state = SupervisorState(wedge_window_s=1)
+    for line in lines:
+        tokens = parse_line(line).kv_pool_tokens
+        if tokens is not None:
+            state.record_kv_pool(tokens)
+    scheduler = [re.search(r"max_total_num_tokens=(\d+)", line) for line in lines]
+    expected = [int(found.group(1)) for found in scheduler if found]
+    assert expected and state.kv_pool_tokens == expected[0]
+    assert state.snapshot()["kv_pool_tokens"] == expected[0]
 
 
 def test_scheduler_killed_under_load_is_diagnosed():

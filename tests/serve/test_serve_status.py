@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -33,6 +34,8 @@ def test_listener_and_status_command(serve, tmp_path):
     assert status["launch_plan"]["sglang_version"] == "0.5.10.post1 (profile, not installed)"
     assert status["diagnosis"] == [] and status["restarts_seen"] == 0
     assert status["probes"]["total"] >= 1
+    # the launch plan's --mem-fraction-static 0.92 of the test engine's 1,200,000 tokens
+    assert status["kv_pool_tokens"] == 1_104_000
     # Each phase is a message of its own (what `journalctl -u glm5` shows), in order.
     phases = [
         line.removeprefix("glm5svc: phase: ").split(" — ")[0]
@@ -52,9 +55,12 @@ def test_listener_and_status_command(serve, tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     assert "serving" in result.stdout and "ready: yes" in result.stdout
     assert "sglang 0.5.10.post1 (profile, not installed), target sm120" in result.stdout
+    assert "KV pool: 1104000 tokens" in result.stdout
 
     process.terminate()
     assert process.wait_exit(10) == 0
+    last_run = json.loads((tmp_path / "results" / "serve-last-run.json").read_text())
+    assert last_run["kv_pool_tokens"] == 1_104_000
     result = run_status(config_path)
     assert result.returncode == 3
     assert "not reachable" in result.stdout
@@ -69,6 +75,7 @@ def test_status_command_shows_the_previous_runs_diagnosis(serve, tmp_path):
     result = run_status(tmp_path / "glm5.yaml")
     assert result.returncode == 1
     assert "loading weights: 50%" in result.stdout
+    assert "KV pool" not in result.stdout  # not allocated yet
     assert "previous run: exit 78" in result.stdout
     assert "disable_shared_experts_fusion" in result.stdout
 
