@@ -1,8 +1,9 @@
 """Who listens on a TCP port: /proc/net/tcp{,6} LISTEN sockets matched to /proc/PID/fd.
 
 Used by `glm5svc serve` (is the engine port bound by *our* engine's process group?)
-and by preflight (is the engine port already taken, and by whom?). Linux only; a
-process of another user whose fds we cannot read is reported as unknown.
+and by preflight (is the engine port already taken, and by whom? whose are the processes
+holding GPU memory?). Linux only; a process of another user whose fds we cannot read is
+reported as unknown.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ def holders(port: int, pids: list[int] | None = None, proc: Path = PROC) -> list
             except OSError:
                 continue
             if target in wanted:
-                found.append(PortHolder(pid, _command(proc, pid)))
+                found.append(PortHolder(pid, command_of(pid, proc)))
                 break
     return found
 
@@ -75,7 +76,8 @@ def _all_pids(proc: Path) -> list[int]:
     return [int(entry.name) for entry in proc.iterdir() if entry.name.isdigit()]
 
 
-def _command(proc: Path, pid: int) -> str:
+def command_of(pid: int, proc: Path = PROC) -> str:
+    """A process's command line (200 characters at most); "?" when it cannot be read."""
     try:
         raw = (proc / str(pid) / "cmdline").read_bytes()
     except OSError:

@@ -30,9 +30,10 @@ from glm5svc.gpus import parse_compute_capability, read_nvml_facts
 from glm5svc.model_check import check_model_directory
 from glm5svc.nvml import NvmlUnavailable, PynvmlSource
 from glm5svc.patches.preflight import check_stack_and_patches
+from glm5svc.port_owners import command_of
 from glm5svc.profiles import load_profile
 from glm5svc.rlimits import check_rlimits
-from glm5svc.service_checks import check_exposure, check_ports
+from glm5svc.service_checks import check_exposure, check_last_run, check_ports
 from glm5svc.targets import get_target, known_targets, load_targets
 from glm5svc.topology import TopologyError, assess, read_topology
 
@@ -105,6 +106,7 @@ def default_checks() -> list[Check]:
         check_model_directory,
         check_stack_and_patches,
         check_gpu_processes,
+        check_last_run,
         check_rlimits,
         check_container_resources,
         check_disk,
@@ -290,6 +292,8 @@ def check_cuda_toolkit(ctx: PreflightContext) -> list[CheckRow]:
 
 
 def check_gpu_processes(ctx: PreflightContext) -> list[CheckRow]:
+    """A warning, not a failure: the engine still starts, but sizes its KV cache from the
+    memory the others left."""
     if ctx.gpus is None:
         return [CheckRow("gpu processes", UNKNOWN, "no NVML to list processes")]
     try:
@@ -298,16 +302,33 @@ def check_gpu_processes(ctx: PreflightContext) -> list[CheckRow]:
         return [CheckRow("gpu processes", UNKNOWN, str(exc))]
     if not holders:
         return [CheckRow("gpu processes", OK, "no process holds a GPU")]
-    shown = ", ".join(f"pid {pid} on GPU {gpu} ({mib} MiB)" for gpu, pid, mib in holders[:6])
+    held: dict[int, int] = {}
+    gpus_of: dict[int, list[int]] = {}
+    for gpu, pid, mib in holders:
+        held[gpu] = held.get(gpu, 0) + mib
+        gpus_of.setdefault(pid, []).append(gpu)
+    per_gpu = ", ".join(f"GPU {gpu} {mib} MiB" for gpu, mib in sorted(held.items()))
+    pids = "; ".join(
+        f"pid {pid} {_command_label(pid)} on GPU {', '.join(map(str, sorted(set(gpus))))}"
+        for pid, gpus in list(gpus_of.items())[:6]
+    ) + (f"; {len(gpus_of) - 6} more" if len(gpus_of) > 6 else "")
     return [
         CheckRow(
             "gpu processes",
-            FAIL,
-            f"GPUs already in use: {shown}",
-            "stop them first (an orphaned server from a failed restart keeps its memory: "
-            "`systemctl stop glm5`, then kill the listed PIDs)",
+            WARN,
+            f"other processes hold GPU memory: {per_gpu} ({pids}); a second engine sizes its "
+            "KV cache from the memory left: fewer KV tokens, lower throughput",
+            "stop them before starting (an orphaned server from a failed restart keeps its "
+            "memory: `systemctl stop glm5`, then kill the listed PIDs); `glm5svc status` shows "
+            "the KV pool the engine got",
         )
     ]
+
+
+def _command_label(pid: int) -> str:
+    command = command_of(pid)
+    # NVML gives host pids: inside a container most have no /proc entry here.
+    return f"`{command}`" if command != "?" else "(command not visible here)"
 
 
 def list_gpu_processes(source: PynvmlSource | None = None) -> list[tuple[int, int, int]]:

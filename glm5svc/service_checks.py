@@ -1,15 +1,23 @@
-"""Preflight rows about the service's own network surface: ports free, engine not open.
+"""Preflight rows about the service itself: ports free, engine not open, its last run.
 
 A port already taken makes the engine die with "address already in use" after minutes
 of loading (or, worse, another server's answers look like ours); an engine reachable
-beyond loopback without an API key serves anyone.
+beyond loopback without an API key serves anyone. `glm5svc serve` records each run in
+LAST_RUN_FILE (results_dir); the KV pool that run got is shown here, as a reference for
+the next start.
 """
 
 from __future__ import annotations
 
+import json
+import time
+from pathlib import Path
+
 from glm5svc.checks import FAIL, OK, WARN, CheckRow, PreflightContext
 from glm5svc.config import exposure_warning
 from glm5svc.port_owners import holders, port_listened
+
+LAST_RUN_FILE = "serve-last-run.json"
 
 
 def check_ports(ctx: PreflightContext) -> list[CheckRow]:
@@ -46,3 +54,28 @@ def check_exposure(ctx: PreflightContext) -> list[CheckRow]:
     host = ctx.config.server.host
     how = "an API key is required" if ctx.config.server.api_key_file else "loopback only"
     return [CheckRow("engine exposure", OK, f"listens on {host}: {how}")]
+
+
+def check_last_run(ctx: PreflightContext) -> list[CheckRow]:
+    """One row when the last run recorded its KV pool; none otherwise."""
+    path = Path(ctx.config.service.results_dir) / LAST_RUN_FILE
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return []
+    tokens = record.get("kv_pool_tokens") if isinstance(record, dict) else None
+    if not isinstance(tokens, int):
+        return []
+    ended = record.get("ended_at")
+    when = (
+        time.strftime(" ended %Y-%m-%d %H:%M UTC", time.gmtime(ended))
+        if isinstance(ended, int | float)
+        else ""
+    )
+    return [
+        CheckRow(
+            "last run's KV pool",
+            OK,
+            f"{tokens} tokens (exit status {record.get('exit_status')}{when}; {path})",
+        )
+    ]

@@ -53,8 +53,8 @@ from glm5svc.serve.probes import EngineClient, ProbeResult
 from glm5svc.serve.process import EngineProcess, become_subreaper, live_group_members
 from glm5svc.serve.relay import OutputReader
 from glm5svc.serve.state import SupervisorState
+from glm5svc.service_checks import LAST_RUN_FILE
 
-LAST_RUN_FILE = "serve-last-run.json"
 # systemd gets a little more than our own stall limit, so our clear message comes first.
 EXTEND_MARGIN_S = 30.0
 EXTEND_MIN_INTERVAL_S = 1.0

@@ -1,14 +1,16 @@
-"""Preflight rows for the engine and listener ports, and an engine open without a key."""
+"""Preflight rows for the engine and listener ports, an engine open without a key, and the
+KV pool the last run recorded."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 
 from glm5svc.checks import FAIL, OK, WARN, PreflightContext
 from glm5svc.config import config_from_mapping
 from glm5svc.preflight import default_checks
-from glm5svc.service_checks import check_exposure, check_ports
+from glm5svc.service_checks import LAST_RUN_FILE, check_exposure, check_last_run, check_ports
 from testkit.engine import free_port
 
 
@@ -52,5 +54,19 @@ def test_an_engine_open_beyond_loopback_without_a_key_is_said_loudly(tmp_path):
     assert keyed[0].status == OK
 
 
-def test_preflight_runs_both():
-    assert {check_ports, check_exposure} <= set(default_checks())
+def test_preflight_runs_them():
+    assert {check_ports, check_exposure, check_last_run} <= set(default_checks())
+
+
+def test_the_last_runs_kv_pool_is_one_info_row_when_recorded(tmp_path):
+    ctx = context({"service": {"results_dir": str(tmp_path)}})
+    assert check_last_run(ctx) == []  # no last run
+    record = {"ended_at": 1_796_000_000, "exit_status": 0, "message": "stopped by SIGTERM"}
+    (tmp_path / LAST_RUN_FILE).write_text(json.dumps(record))
+    assert check_last_run(ctx) == []  # a run that ended before its KV pool was allocated
+    (tmp_path / LAST_RUN_FILE).write_text(json.dumps({**record, "kv_pool_tokens": 12565164}))
+    [row] = check_last_run(ctx)
+    assert row.status == OK and row.name == "last run's KV pool"
+    assert row.detail.startswith("12565164 tokens (exit status 0 ended 2026-")
+    (tmp_path / LAST_RUN_FILE).write_text("{not json")
+    assert check_last_run(ctx) == []
