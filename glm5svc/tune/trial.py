@@ -195,6 +195,8 @@ def _bench_run(
     if not level.ok or level.metrics is None or not level.metrics.total_throughput:
         return level.error or f"{level.completed} of {level.requested} requests completed"
     metrics = level.metrics
+    # Only while requests were in the engine: bench_serving's own start-up is idle time.
+    samples = [s for s in samples if (s.running or 0) + (s.queued or 0) > 0]
     running = [s.running for s in samples if s.running is not None]
     queued = [s.queued for s in samples if s.queued is not None]
     usage = [s.token_usage for s in samples if s.token_usage is not None]

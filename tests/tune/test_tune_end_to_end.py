@@ -1,0 +1,120 @@
+"""`glm5svc tune run` for real against the test engine's performance model: the optimum
+found, a crashing candidate recorded with serve's diagnosis and skipped, the outputs,
+`tune apply`, and safety (a serving unit is not taken without --take-over; SIGTERM
+restores it and leaves no process)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from tests.tune.conftest import write_space, write_tune_config
+
+WORKLOAD = [
+    "--concurrency", "32", "--input-len", "16", "--output-len", "16",
+    "--num-prompts", "32", "--warmup-prompts", "8", "--min-repeats", "2", "--max-repeats", "3",
+]  # fmt: skip
+
+
+def glm5svc(config: Path, *args: str, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "glm5svc", "--config", str(config), *args],
+        capture_output=True,
+        text=True,
+        timeout=kwargs.pop("timeout", 280),
+        **kwargs,
+    )
+
+
+def test_tune_finds_the_engines_optimum_and_records_a_crash(tmp_path, bench_python, tokenizer_dir):
+    config = write_tune_config(tmp_path, bench_python, tokenizer_dir, "load=0.1,oom-above=0.9")
+    space = write_space(
+        tmp_path,
+        [
+            {"key": "tuning.max_running_requests", "values": [8, 64]},
+            {"key": "tuning.mem_fraction_static", "values": [0.85, 0.95], "kv_pool": True},
+        ],
+    )  # finer differences: tests/tune/test_search.py (this machine's load adds noise)
+    before = config.read_bytes()
+    run_dir = tmp_path / "tune"
+    done = glm5svc(
+        config, "tune", "run", *WORKLOAD, "--space", str(space), "--max-trials", "3",
+        "--run-dir", str(run_dir), "--json",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stdout)
+    trials = summary["trials"]
+    assert [t["status"] for t in trials] == ["measured", "measured", "failed"]
+    # The model: a cap of 8 bounds 32 concurrent requests (2.8x by its step times);
+    # 0.95 of memory is over oom-above: serve's diagnosis names the fix.
+    assert summary["overlay"] == {"tuning": {"max_running_requests": 64}}
+    assert trials[0]["diagnosis"].startswith("bound by the running-request cap")
+    assert "out of memory" in trials[2]["diagnosis"].lower()
+    assert "mem_fraction_static" in trials[2]["diagnosis"]
+    assert summary["gain"]["mean"] > 1.5 and summary["gain"]["low"] > 1.0
+    assert config.read_bytes() == before  # trials have their own files
+    for name in ("trials.md", "trials.csv", "tuned.yaml", "host_vars.yml", "plot.png",
+                 "baseline/summary.json", "study.db"):  # fmt: skip
+        assert (run_dir / name).is_file(), name
+    host_vars = yaml.safe_load((run_dir / "host_vars.yml").read_text())
+    assert host_vars["glm5_service_config_extra"]["tuning"]["max_running_requests"] == 64
+    compared = glm5svc(config, "bench", "compare", str(run_dir / "baseline"),
+                       str(run_dir / "baseline"), "--json")  # fmt: skip
+    assert compared.returncode == 0, compared.stderr
+
+    applied = glm5svc(config, "tune", "apply", str(run_dir), "--no-restart", "--json")
+    assert applied.returncode == 0, applied.stderr
+    written = yaml.safe_load(config.read_text())
+    assert written["tuning"]["max_running_requests"] == 64
+    assert Path(json.loads(applied.stdout)["backup"]).read_bytes() == before
+    assert glm5svc(config, "validate").returncode == 0
+
+
+def test_a_serving_unit_is_not_taken_without_take_over(
+    tmp_path, bench_python, tokenizer_dir, fake_systemctl
+):
+    (fake_systemctl / "state").write_text("active\n")
+    config = write_tune_config(tmp_path, bench_python, tokenizer_dir, "load=0.1")
+    done = glm5svc(config, "tune", "run", *WORKLOAD, "--run-dir", str(tmp_path / "t"), "--json",
+                   env=dict(os.environ))  # fmt: skip
+    assert done.returncode == 75
+    answer = json.loads(done.stdout)
+    assert answer["ok"] is False and "--take-over" in answer["error"]
+    assert "stop" not in (fake_systemctl / "calls").read_text()
+
+
+def test_sigterm_restores_the_unit_and_leaves_no_process(
+    tmp_path, bench_python, tokenizer_dir, fake_systemctl
+):
+    (fake_systemctl / "state").write_text("active\n")
+    config = write_tune_config(tmp_path, bench_python, tokenizer_dir, "load=0.1")
+    before = config.read_bytes()
+    run_dir = tmp_path / "t"
+    tune = subprocess.Popen(
+        [sys.executable, "-m", "glm5svc", "--config", str(config), "tune", "run", *WORKLOAD,
+         "--run-dir", str(run_dir), "--take-over", "--json"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ),
+    )  # fmt: skip
+    log = run_dir / "trials" / "000" / "runs"
+    deadline = time.monotonic() + 120
+    while not log.exists() and time.monotonic() < deadline and tune.poll() is None:
+        time.sleep(0.2)  # the first benchmark run has begun: the engine is serving
+    assert log.exists(), tune.communicate()[1][-3000:]
+    tune.send_signal(signal.SIGTERM)
+    out, err = tune.communicate(timeout=120)
+    assert tune.returncode == 128 + signal.SIGTERM, err[-3000:]
+    summary = json.loads(out)
+    assert summary["interrupted_by"] == "SIGTERM"
+    calls = (fake_systemctl / "calls").read_text().split("\n")
+    assert "stop glm5.service" in calls and "start glm5.service" in calls
+    assert (fake_systemctl / "state").read_text().strip() == "active"
+    assert config.read_bytes() == before
+    left = subprocess.run(["pgrep", "-f", str(run_dir)], capture_output=True, text=True)
+    assert left.stdout.strip() == "", f"processes left: {left.stdout}"
