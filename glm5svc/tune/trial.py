@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -29,6 +28,7 @@ from glm5svc.bench.plan import BenchPlan
 from glm5svc.bench.runner import run_level
 from glm5svc.config import Config, read_api_key
 from glm5svc.parent_death import die_with_parent
+from glm5svc.serve.phases import parse_line
 from glm5svc.serve.probes import EngineClient
 from glm5svc.serve.supervisor import LAST_RUN_FILE
 from glm5svc.tune.diagnosis import GaugeSample, diagnose_run
@@ -297,7 +297,7 @@ def _kv_pool_from_log(path: Path) -> int | None:
         text = path.read_text(encoding="utf-8", errors="replace")
     except OSError:
         return None
-    pools = [int(m.group(1)) for m in _KV_LINE.finditer(text)]
+    pools = [p for line in text.splitlines() if (p := parse_line(line).kv_pool_tokens)]
     return min(pools) if pools else None  # each rank prints its own
 
 
@@ -340,5 +340,3 @@ def _serve_diagnosis(config: Config) -> list[str]:
             lines.append(f"{title}: {fix}" if fix else str(title))
     return [line for line in lines if line]
 
-
-_KV_LINE = re.compile(r"KV Cache is allocated\. #tokens: (\d+)")
