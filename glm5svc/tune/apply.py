@@ -46,7 +46,7 @@ def apply_tune(run_dir: Path, config_arg: str | None, restart: bool) -> dict[str
     tuned = Path(run_dir) / TUNED_FILE
     try:
         overlay = yaml.load(tuned.read_text(encoding="utf-8"), Loader=ConfigLoader) or {}  # noqa: S506
-    except (OSError, yaml.YAMLError) as exc:
+    except (OSError, UnicodeDecodeError, RecursionError, yaml.YAMLError) as exc:
         raise Glm5Error(
             f"{tuned}: not a tune's result ({exc}); run glm5svc tune run first"
         ) from None

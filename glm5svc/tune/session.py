@@ -51,8 +51,10 @@ class TuneRequest:
 def read_mapping(path: Path) -> dict[str, Any]:
     try:
         data = yaml.load(path.read_text(encoding="utf-8"), Loader=ConfigLoader)  # noqa: S506
-    except (OSError, yaml.YAMLError) as exc:
+    except (OSError, UnicodeDecodeError, RecursionError, yaml.YAMLError) as exc:
         raise ConfigError(f"{path}: cannot read the configuration: {exc}") from None
+    if data is not None and not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of sections")
     return data or {}
 
 

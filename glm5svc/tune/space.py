@@ -91,6 +91,10 @@ def read_space_file(path: Path | None) -> _SpaceFile:
         data = yaml.load(path.read_text(encoding="utf-8"), Loader=ConfigLoader)  # noqa: S506
     except OSError as exc:
         raise ConfigError(f"--space {path}: cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"--space {path}: not UTF-8 text ({exc.reason})") from None
+    except RecursionError:
+        raise ConfigError(f"--space {path}: an alias refers to itself") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"--space {path}: not valid YAML: {exc}") from None
     try:

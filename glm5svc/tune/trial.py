@@ -339,4 +339,3 @@ def _serve_diagnosis(config: Config) -> list[str]:
             fix = item.get("fix") or ""
             lines.append(f"{title}: {fix}" if fix else str(title))
     return [line for line in lines if line]
-

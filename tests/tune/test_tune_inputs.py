@@ -1,0 +1,124 @@
+"""Property-based: the tune's parsers and statistics take any input without a traceback."""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from glm5svc.commands.tune import _duration, _milliseconds, _positive_int, _request
+from glm5svc.config import Config
+from glm5svc.errors import ConfigError
+from glm5svc.tune.space import apply_candidate, load_space, start_value
+from glm5svc.tune.stats import BETTER, UNDECIDED, WORSE, compare, mean_interval
+
+scalars = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20)
+documents = st.recursive(
+    scalars,
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(documents)
+def test_any_space_document_is_a_space_or_a_clear_error(tmp_path_factory, document):
+    path = tmp_path_factory.mktemp("space") / "space.yaml"
+    path.write_text(yaml.safe_dump(document))
+    try:
+        space = load_space(path, Config(), moe=True, sglang_version="0.5.11")
+    except ConfigError as exc:
+        assert str(path) in str(exc)
+        return
+    assert space.knobs
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=200))
+def test_any_bytes_as_a_space_file_are_refused_cleanly(tmp_path_factory, data):
+    path = tmp_path_factory.mktemp("space") / "space.yaml"
+    path.write_bytes(data)
+    try:
+        space = load_space(path, Config(), moe=True, sglang_version="0.5.11")
+    except ConfigError as exc:
+        assert str(path) in str(exc)
+        return
+    assert space.knobs
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=12))
+def test_numeric_options_accept_or_refuse_with_a_config_error(text):
+    for parse in (_positive_int, _duration, _milliseconds):
+        try:
+            value = parse(text)
+        except ConfigError:
+            continue
+        assert math.isfinite(value) and value > 0
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.dictionaries(st.sampled_from(["concurrency", "budget", "confidence", "min_repeats",
+                                        "max_repeats", "prune_below", "seed", "ttft_p99_ms"]),
+                       st.text(max_size=8), max_size=4))  # fmt: skip
+def test_the_run_options_are_refused_together_or_accepted(tmp_path_factory, given_options):
+    config = tmp_path_factory.mktemp("cfg") / "glm5.yaml"
+    config.write_text("{}\n")
+    options = dict(
+        config=str(config), concurrency="256", input_len=None, output_len=None, num_prompts=None,
+        warmup_prompts=None, ttft_p99_ms=None, itl_p99_ms=None, space=None, budget="4h",
+        max_trials=None, trial_timeout="1h", min_repeats="3", max_repeats="8",
+        confidence="0.95", prune_below="0.7", seed="0", run_dir=None, resume=None,
+        take_over=False,
+    )  # fmt: skip
+    options.update(given_options)
+    try:
+        request = _request(argparse.Namespace(**options))
+    except ConfigError as exc:
+        assert exc.problems
+        return
+    assert request.workload.concurrency >= 1
+    assert request.settings.min_repeats <= request.settings.max_repeats
+
+
+@given(st.lists(st.floats(1, 1e6), min_size=2, max_size=10))
+def test_a_setting_compared_with_itself_is_undecided(values):
+    assert compare(values, values)[0] == UNDECIDED
+
+
+@given(
+    st.lists(st.floats(1, 1e6), min_size=2, max_size=10),
+    st.lists(st.floats(1, 1e6), min_size=2, max_size=10),
+)
+def test_compare_is_antisymmetric_and_the_interval_holds_the_mean(a, b):
+    forward, backward = compare(a, b)[0], compare(b, a)[0]
+    assert (forward, backward) in ((BETTER, WORSE), (WORSE, BETTER), (UNDECIDED, UNDECIDED))
+    interval = mean_interval(a)
+    assert interval.low <= interval.mean <= interval.high
+
+
+@given(st.dictionaries(st.sampled_from(["--page-size", "--cuda-graph-max-bs", "tuning.cuda_graph",
+                                        "tuning.max_running_requests"]),
+                       st.none() | st.booleans() | st.integers(1, 4096), max_size=4))  # fmt: skip
+def test_a_candidate_round_trips_through_the_configuration(candidate):
+    mapping = apply_candidate({"server": {"extra_args": ["--page-size", "16", "--x"]}}, candidate)
+    for name, value in candidate.items():
+        if name.startswith("--"):
+            args = mapping["server"]["extra_args"]
+            assert args.count(name) == (0 if value in (None, False) else 1)
+            continue
+        assert mapping["tuning"][name.split(".")[1]] == value
+    if "--page-size" not in candidate:
+        assert "16" in mapping["server"]["extra_args"]
+    if all(isinstance(v, int) and not isinstance(v, bool) for v in candidate.values()):
+        try:
+            config = Config.model_validate(mapping)
+        except Exception:  # noqa: BLE001 - a value out of range is the schema's business
+            return
+        for name, value in candidate.items():
+            assert start_value(config, name) == value
