@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from bench.lab_cycles import PHASES, LogError, parse_up_log
+from bench.lab_cycles import PHASES, Beside, LogError, find_failure, parse_up_log
 
 REPO = Path(__file__).resolve().parents[2]
 RECORDED = Path(__file__).parent / "fixtures" / "lab-up.log"
@@ -59,3 +60,98 @@ def test_a_run_that_stopped_names_its_phase():
 def test_logs_that_are_not_a_lab_up_are_refused(text, message):
     with pytest.raises(LogError, match=message):
         parse_up_log(text)
+
+
+FAILED_RUN = Path(__file__).parent / "fixtures" / "lab-up-failed.log"
+
+
+def test_a_recorded_failure_names_phase_task_host_and_error():
+    failure = find_failure(FAILED_RUN.read_text())
+    assert failure.phase == "site.yml"
+    assert failure.step == "site.yml: host play, then the container play through pct exec"
+    assert failure.task == "glm5_container_driver : Read the host's NVIDIA kernel module version"
+    assert (failure.host, failure.status) == ("glm5-lab-ct -> glm5-lab-host", "UNREACHABLE")
+    assert failure.message.startswith("Task failed: Failed to create temporary directory.")
+    assert len(failure.message) <= 240
+
+
+def test_the_failure_summary_says_what_to_run_next():
+    result = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "lab_cycles.py"), "--failure", str(FAILED_RUN),
+         "--rc", "4"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "scripts/lab up FAILED (exit status 4) in phase [site.yml]"
+    assert any(line.startswith("  task:  glm5_container_driver : Read") for line in lines)
+    assert f"  log:   {FAILED_RUN}" in lines
+    assert "scripts/lab down && scripts/lab up" in result.stdout
+
+
+ANSIBLE_TAIL = """
+TASK [glm5_venv : Install the stack] *******************************************
+failed: [glm5-lab-ct] (item=sglang) => changed=false
+TASK [glm5_venv : Check an optional thing] *************************************
+fatal: [glm5-lab-ct]: FAILED! =>
+    changed: false
+    msg: not there
+...ignoring
+"""
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # an ignored failure is not the failure; a loop item's is, with the msg line after it
+        (
+            steps(("set-up", 0), ("site.yml", 9))
+            + ANSIBLE_TAIL.replace("changed=false", "\n    msg: No matching distribution"),
+            (
+                "site.yml",
+                "glm5_venv : Install the stack",
+                "glm5-lab-ct",
+                "No matching distribution",
+            ),
+        ),
+        # an error outside any task (a syntax error, a missing role)
+        (
+            steps(("set-up", 0), ("check run", 5)) + "\n[ERROR]: the role 'nope' was not found",
+            ("check run", None, None, "the role 'nope' was not found"),
+        ),
+        # a step that failed outside Ansible: only its phase and step
+        (
+            steps(("set-up", 0), ("bench", 5)) + "\nTraceback (most recent call last):",
+            ("bench", None, None, None),
+        ),
+        # an Ansible failure in an earlier step is not this step's
+        (
+            steps(("site.yml", 0)) + ANSIBLE_TAIL + steps(("check run", 7)),
+            ("check run", None, None, None),
+        ),
+    ],
+)
+def test_failure_reading(text, expected):
+    failure = find_failure(text)
+    assert (failure.phase, failure.task, failure.host, failure.message) == expected
+
+
+def test_beside_runs_its_command_again_until_stopped(tmp_path):
+    helper = Beside("echo run; sleep 0.05; exit 3", tmp_path)
+    helper.start()
+    time.sleep(0.4)
+    helper.stop()
+    finished = [run for run in helper.runs if not run["stopped"]]
+    assert len(finished) >= 2 and all(run["rc"] == 3 for run in finished)
+    assert (tmp_path / "beside1.log").read_text() == "run\n"
+    assert helper.summary().startswith(f"beside: `{helper.command}` ran {len(finished)} time(s)")
+
+
+def test_beside_stops_a_long_run_at_once(tmp_path):
+    helper = Beside("sleep 30", tmp_path)
+    helper.start()
+    time.sleep(0.2)
+    started = time.monotonic()
+    helper.stop()
+    assert time.monotonic() - started < 5
+    assert [run["stopped"] for run in helper.runs] == [True]
