@@ -9,6 +9,10 @@ random values, so no checkpoint (and no model hub) is needed.
   `glm_moe_dsa`): GLM-5's attention geometry kept exactly (MLA with kv_lora_rank 512 and
   rope 64, the DSA indexer with 32 heads of 128 and top-k 2048, 64 query heads) so the
   same kernels run, with few layers, a small hidden size and 16 experts.
+- qwen3-moe: the tuning testbed (Qwen3MoeForCausalLM, Qwen3-30B-A3B's layer shapes with
+  24 of its 48 layers: hidden 2048, 32 query heads and 4 KV heads of 128, 128 experts of
+  which 8 are active, expert width 768): about 15B parameters, 30 GB in bf16, a model
+  of a realistic shape whose throughput moves with the server's settings.
 The tokenizer is a small word-level one (built with the `tokenizers` library there).
 """
 
@@ -87,7 +91,45 @@ GLM5_TINY = {
     "eos_token_id": 1,
 }
 
-MODELS = {"llama-tiny": LLAMA_TINY, "glm5-tiny": GLM5_TINY}
+# Qwen3-30B-A3B's config.json with half its layers and this vocabulary. sglang 0.5.11's
+# qwen3_moe.py reads num_experts, num_experts_per_tok, moe_intermediate_size,
+# norm_topk_prob, head_dim, attention_bias, rms_norm_eps, max_position_embeddings and the
+# rope parameters (rope_parameters under transformers 5, else rope_theta); every layer is
+# sparse there (decoder_sparse_step and mlp_only_layers are kept for transformers' config).
+QWEN3_MOE = {
+    "architectures": ["Qwen3MoeForCausalLM"],
+    "model_type": "qwen3_moe",
+    "vocab_size": VOCAB_SIZE,
+    "hidden_size": 2048,
+    "intermediate_size": 6144,
+    "moe_intermediate_size": 768,
+    "num_hidden_layers": 24,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 4,
+    "head_dim": 128,
+    "num_experts": 128,
+    "num_experts_per_tok": 8,
+    "norm_topk_prob": True,
+    "decoder_sparse_step": 1,
+    "mlp_only_layers": [],
+    "router_aux_loss_coef": 0.001,
+    "output_router_logits": False,
+    "hidden_act": "silu",
+    "max_position_embeddings": 32768,
+    "rms_norm_eps": 1e-6,
+    "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0},
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "use_sliding_window": False,
+    "sliding_window": None,
+    "max_window_layers": 24,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "bos_token_id": 0,
+    "eos_token_id": 1,
+}
+
+MODELS = {"llama-tiny": LLAMA_TINY, "glm5-tiny": GLM5_TINY, "qwen3-moe": QWEN3_MOE}
 
 
 def write_tokenizer(dest: Path) -> None:

@@ -49,6 +49,9 @@ def slim_jsonl(text: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+BINARY_SUFFIXES = (".db", ".png", ".gz", ".sqlite")
+
+
 def record(run_dir: Path, name: str) -> Path:
     dest = FIXTURES / name
     dest.mkdir(parents=True, exist_ok=True)
@@ -58,8 +61,17 @@ def record(run_dir: Path, name: str) -> Path:
         for member in tar.getmembers():
             if not member.isfile():
                 continue
-            text = tar.extractfile(member).read().decode(errors="replace")
-            target = dest / Path(member.name).name
+            # recorded/NAME, or recorded/tune-run/trials/001/NAME: the folders below
+            # recorded/ are kept (a tune run's trials each have a server log).
+            parts = Path(member.name).parts
+            relative = Path(*parts[1:]) if parts[:1] == ("recorded",) else Path(*parts)
+            target = dest / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            data = tar.extractfile(member).read()
+            if target.suffix in BINARY_SUFFIXES:
+                target.write_bytes(data)
+                continue
+            text = data.decode(errors="replace")
             if target.suffix == ".log":
                 text = keep_ends(strip_prefix(text))
             elif target.suffix == ".jsonl":
@@ -110,18 +122,59 @@ def summary(results: dict) -> str:
             lines.append(f"- {key}: {json.dumps(service[key], default=str)[:1500]}")
     if "nsa" in results:
         lines.append(f"- nsa: {json.dumps(results['nsa'], default=str)[:3000]}")
+    lines += ratio_summary(results.get("ratio", {}))
+    lines += tune_summary(results.get("tune", {}))
     return "\n".join(lines)
+
+
+def ratio_summary(ratio: dict) -> list[str]:
+    """The ratio scenario: every run by level, then the pairs' mean and its interval."""
+    if not ratio:
+        return []
+    lines = ratio_table(ratio.get("runs", [])) + [""]
+    for key in ("ratio", "ratio_by_level", "resolved", "kv_pool_tokens", "start", "error"):
+        if key in ratio:
+            lines.append(f"- {key}: {json.dumps(ratio[key], default=str)}")
+    return lines
+
+
+def tune_summary(tune: dict) -> list[str]:
+    """The tune scenario: where it started, how it ended, and the command's own summary."""
+    if not tune:
+        return []
+    lines = [f"- tune from {tune.get('start')}: exit {tune.get('exit')}, {tune.get('wall_s')} s"]
+    summary = tune.get("summary") or {}
+    for key in ("trials", "best", "gain", "baseline", "tuned"):
+        if key in summary:
+            lines.append(f"  - {key}: {json.dumps(summary[key], default=str)[:1500]}")
+    if not summary:
+        lines.append(f"  - no summary: {str(tune.get('stderr_tail', ''))[-800:]}")
+    return lines
+
+
+def default_name(results: dict) -> str:
+    """sglang-<version>-h200-<scenario> for a run of one of the newer scenarios (tune:
+    tune-<start>), else sglang-<version>-<date>."""
+    machine = results.get("machine", {})
+    version = machine.get("sglang", "unknown")
+    if "tune" in results:
+        return f"sglang-{version}-h200-tune-{results['tune'].get('start', 'before')}"
+    if "ratio" in results:
+        return f"sglang-{version}-h200-ratio"
+    return f"sglang-{version}-{str(machine.get('date_utc', ''))[:10]}"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run_dir", type=Path)
-    parser.add_argument("--name", help="fixture folder name (default: sglang-<version>-<date>)")
+    parser.add_argument(
+        "--name",
+        help="fixture folder name (default: sglang-<version>-h200-ratio or -tune-<start>, "
+        "else sglang-<version>-<date>)",
+    )
     args = parser.parse_args()
     results = json.loads((args.run_dir / "results.json").read_text())
-    machine = results.get("machine", {})
-    day = str(machine.get("date_utc", ""))[:10]
-    name = args.name or f"sglang-{machine.get('sglang', 'unknown')}-{day}"
+    name = args.name or default_name(results)
     dest = record(args.run_dir, name)
     print(f"recorded into {dest.relative_to(REPO)}\n")
     print(summary(results))

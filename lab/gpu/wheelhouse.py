@@ -5,7 +5,7 @@ numpy, pyyaml, nvidia-ml-py and the CUDA 13 libraries, but no sglang, and it rea
 package index. sglang 0.5.11 pins torch==2.11.0, so torch stays; what travels is the
 import closure of the server, bench_serving and glm5svc (WHEELS below), installed here
 into a plain directory with `pip install --target` and packed as one .tar.xz (solid
-compression: 39 MB for 260 MB of files, under the 64 MiB a transfer may carry).
+compression: 41 MiB for 275 MiB of files, under the 64 MiB a transfer may carry).
 
 The sglang kernel wheel is 326 MB, 1 GB of it FlashAttention 3 (`flash_ops.abi3.so`);
 the server runs without it with `--attention-backend triton`. Dropped: FA3, the SM100
@@ -46,6 +46,14 @@ WHEELS = [
     # FlashInfer compiles its attention kernels at first use (JIT) by running `ninja`;
     # the wheel's binary lands in the site's bin/, which the NSA scenario puts on PATH.
     "ninja==1.13.2",
+    # `glm5svc tune`'s search (optuna, its study in SQLite through SQLAlchemy). numpy,
+    # pyyaml, tqdm, markupsafe, packaging and matplotlib (the plots) are on the machine.
+    # SQLAlchemy 2.1 needs greenlet only for asyncio; alembic wants Mako.
+    "optuna",
+    "sqlalchemy",
+    "alembic",
+    "mako",
+    "colorlog",
     *"""rpds-py jiter compressed-tensors msgspec cffi fastapi multiprocess orjson gguf dill
     uvicorn traitlets pybase64 jsonschema starlette pycparser opentelemetry-api loguru
     setproctitle referencing python-multipart jsonschema-specifications distro

@@ -3,10 +3,12 @@ run is never the first to find a broken runner (docs/gpu-lab.md)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -39,3 +41,71 @@ def test_drain_scenario_rehearsed_on_the_test_engine(tmp_path):
     assert drain["readyz_0_3s_after_stop"] == 503
     assert drain["serve_exit"] == 0 and drain["processes_left"] == []
     assert (tmp_path / "out" / "recorded.tar.gz").exists()
+
+
+@pytest.mark.slow  # the bench_serving venv, as above
+def test_ratio_scenario_rehearsed_on_the_test_engine(tmp_path):
+    bench_python = build_bench_serving_venv()
+    fast_engine = f"{sys.executable} {TEST_ENGINE} --step-base-ms 1 --step-per-req-ms 0.01"
+    env = dict(
+        os.environ,
+        OUT=str(tmp_path / "out"),
+        GPU_LAB_ENGINE=fast_engine,
+        GPU_LAB_BENCH_PYTHON=str(bench_python),
+        GPU_LAB_RATIO_LEVELS="8,16",
+        GPU_LAB_RATIO_RUN_S="0.2",
+        GPU_LAB_RATIO_INPUT_LEN="32",
+        GPU_LAB_RATIO_OUTPUT_LEN="8",
+        GPU_LAB_RATIO_MAX_PAIRS="2",
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "lab.gpu.remote", "ratio", "--budget", "200"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=200,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    ratio = json.loads((tmp_path / "out" / "results.json").read_text())["ratio"]
+    assert "error" not in ratio, {k: ratio[k] for k in ratio if k != "config"}
+    # Both pools pinned alike, read from each server's own log.
+    assert ratio["same_kv_pool"] and ratio["kv_pool_tokens"]["bare"] > 0
+    assert "--max-total-tokens" in ratio["bare_argv"]
+    assert set(ratio["warmup"]) == {"bare", "serve"}
+    assert [(p["level"], p["first"]) for p in ratio["pairs"]] == [(8, "bare"), (16, "bare")]
+    assert len(ratio["runs"]) == 4
+    assert 0.2 < ratio["ratio"]["mean"] < 5 and ratio["ratio"]["n"] == 2
+    assert ratio["serve_stop"]["exit"] == 0 and ratio["bare_stop"]["left"] == 0
+    with tarfile.open(tmp_path / "out" / "recorded.tar.gz") as tar:
+        names = {Path(n).name for n in tar.getnames()}
+    assert {"bare.log", "serve.log", "bench-bare.log", "bench_serving-serve.jsonl"} <= names
+
+
+@pytest.mark.slow  # the bench_serving venv, as above
+@pytest.mark.skipif(
+    importlib.util.find_spec("glm5svc.tune") is None, reason="glm5svc tune is not there yet"
+)
+def test_tune_scenario_rehearsed_on_the_test_engine(tmp_path):
+    bench_python = build_bench_serving_venv()
+    fast_engine = f"{sys.executable} {TEST_ENGINE} --step-base-ms 1 --step-per-req-ms 0.01"
+    env = dict(
+        os.environ,
+        OUT=str(tmp_path / "out"),
+        GPU_LAB_ENGINE=fast_engine,
+        GPU_LAB_BENCH_PYTHON=str(bench_python),
+        GPU_LAB_TUNE_PROMPTS="256",
+        GPU_LAB_TUNE_OUTPUT_LEN="16",
+        GPU_LAB_TUNE_MIN_REPEATS="2",
+        GPU_LAB_TUNE_MAX_REPEATS="2",
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "lab.gpu.remote", "tune", "--start", "before", "--budget", "150"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    tune = json.loads((tmp_path / "out" / "results.json").read_text())["tune"]
+    assert "error" not in tune, tune
+    assert tune["start"] == "before" and tune["exit"] == 0, tune
+    assert tune["summary"] is not None, tune.get("stderr_tail")
+    assert tune["left_after"] == []
+    with tarfile.open(tmp_path / "out" / "recorded.tar.gz") as tar:
+        names = set(tar.getnames())
+    assert "recorded/tune-run/summary.json" in names
+    assert "recorded/h200-tune.yaml" in names

@@ -1,0 +1,210 @@
+"""`glm5svc tune run` on one H200: the qwen3-moe testbed from a starting point, for real.
+
+The H200 configuration (common.write_h200_config) on the testbed (lab/gpu/models.py),
+with the settings the search starts from:
+- before: the reference deployment's starting settings (max_running_requests 64, CUDA
+  graphs on), the point its own hand search left from;
+- defaults: glm5svc's defaults (max_running_requests 1024, CUDA graphs off).
+The search space is lab/gpu/tune-space-h200.yaml; the workload the reference
+deployment's (concurrency 256) with 512-token prompts and 128-token answers. The tune
+run's directory (study, trials, tuned.yaml, summary, plot, each trial's logs) is copied
+into recorded/tune-run/ with the big files cut, and the command's JSON summary goes to
+results.json. Every server the tune run started and left is killed at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import yaml
+
+from lab.gpu.common import (
+    BENCH_PYTHON,
+    LAB,
+    REPO,
+    STARTED_GROUPS,
+    Deadline,
+    glm5svc_argv,
+    log,
+    proc_text,
+    write_h200_config,
+)
+
+SPACE = Path(__file__).resolve().parent / "tune-space-h200.yaml"
+STARTS = {
+    "before": {"max_running_requests": 64, "cuda_graph": True},
+    "defaults": {"max_running_requests": 1024, "cuda_graph": False},
+}
+CONCURRENCY = 256
+INPUT_LEN = 512
+OUTPUT_LEN = int(os.environ.get("GPU_LAB_TUNE_OUTPUT_LEN", "128"))  # shorter in a rehearsal
+NUM_PROMPTS = int(os.environ.get("GPU_LAB_TUNE_PROMPTS", "512"))
+MIN_REPEATS = int(os.environ.get("GPU_LAB_TUNE_MIN_REPEATS", "3"))
+MAX_REPEATS = int(os.environ.get("GPU_LAB_TUNE_MAX_REPEATS", "6"))
+# One server at a time: the example's own share (common.write_h200_config halves it for
+# two servers side by side).
+MEM_FRACTION = 0.5
+# Held back from the tune run's own budget: its last server's stop, then the copy.
+RESERVE_S = 40.0
+KEEP_BYTES = 2 * 1024 * 1024  # a copied file over this keeps its start and end
+SKIP_BYTES = 32 * 1024 * 1024  # a binary file over this is left out
+
+
+def write_tune_config(dest: Path, model_dir: Path, results_dir: Path, start: str) -> Path:
+    write_h200_config(dest, model_dir, results_dir)
+    config = yaml.safe_load(dest.read_text())
+    config["model"]["served_name"] = model_dir.name
+    config["gpus"].update(target="sm90", expected_count=1, compute_capability="9.0")
+    tuning = config["tuning"]
+    tuning.update(STARTS[start], mem_fraction_static=MEM_FRACTION, attention_backend="triton")
+    server = config["server"]
+    # The piecewise CUDA graph capture costs 49 s of each fresh start (sglang 0.5.11's
+    # --disable-piecewise-cuda-graph; on by default); every trial is a start.
+    server["extra_args"] = [
+        "--sampling-backend", "pytorch", "--grammar-backend", "none",
+        "--disable-piecewise-cuda-graph",
+    ]  # fmt: skip
+    config["service"]["run_preflight"] = False
+    benchmark = config.setdefault("benchmark", {})
+    benchmark["post_start"] = {"enabled": False}
+    benchmark["python"] = BENCH_PYTHON
+    dest.write_text(yaml.safe_dump(config, sort_keys=False))
+    return dest
+
+
+def marked_pids(mark: str) -> list[int]:
+    """Processes whose environment holds this run's mark: the tune run and whatever it
+    started (servers, engines, bench_serving), inherited through their environments,
+    also once orphaned."""
+    needle = f"GPU_LAB_TUNE_RUN={mark}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if needle in environ.split(b"\0"):
+            found.append(int(entry.name))
+    return sorted(found)
+
+
+def kill_left(mark: str) -> list[str]:
+    """What the tune run started and left, killed by process group (never this one's);
+    what it was is returned for the record."""
+    seen, own = [], os.getpgid(0)
+    for pid in marked_pids(mark):
+        seen.append(f"{pid} {proc_text(Path('/proc', str(pid), 'cmdline'))[:120]}")
+        try:
+            group = os.getpgid(pid)
+            os.killpg(group, signal.SIGKILL) if group != own else os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    return seen
+
+
+def copy_run_dir(run_dir: Path, dest: Path) -> list[str]:
+    """The run directory into dest, logs over KEEP_BYTES cut to their ends, big binaries
+    left out; returns what was cut or left out."""
+    notes = []
+    for path in sorted(run_dir.rglob("*")):
+        if not path.is_file():
+            continue
+        target = dest / path.relative_to(run_dir)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        size = path.stat().st_size
+        if size <= KEEP_BYTES or path.suffix in (".db", ".png"):
+            if size > SKIP_BYTES:
+                notes.append(f"{path.relative_to(run_dir)}: {size} bytes, left out")
+                continue
+            shutil.copy2(path, target)
+            continue
+        data = path.read_bytes()
+        half = KEEP_BYTES // 2
+        cut = b"\n[... cut by the gpu lab ...]\n"
+        target.write_bytes(data[:half] + cut + data[-half:])
+        notes.append(f"{path.relative_to(run_dir)}: {size} bytes, cut to its ends")
+    return notes
+
+
+def last_json_object(text: str) -> dict | None:
+    """The JSON object the command prints at its end (indented or on one line)."""
+    lines = text.splitlines()
+    for at in range(len(lines) - 1, -1, -1):
+        if lines[at].startswith("{"):
+            try:
+                value = json.loads("\n".join(lines[at:]))
+            except json.JSONDecodeError:
+                continue
+            return value if isinstance(value, dict) else None
+    return None
+
+
+def run(
+    out: Path, env: dict[str, str], deadline: Deadline, results: dict, model_dir: Path, start: str
+) -> None:
+    recorded = out / "recorded"
+    recorded.mkdir(exist_ok=True)
+    work = LAB / "work" / f"tune-{start}"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    config = write_tune_config(work / "h200-tune.yaml", model_dir, work / "results", start)
+    (recorded / "h200-tune.yaml").write_text(config.read_text())
+    shutil.copy2(SPACE, recorded / SPACE.name)
+    run_dir = work / "run"
+    budget = int(deadline.left() - RESERVE_S)
+    argv = glm5svc_argv(
+        config, "tune", "run",
+        "--concurrency", str(CONCURRENCY), "--input-len", str(INPUT_LEN),
+        "--output-len", str(OUTPUT_LEN), "--num-prompts", str(NUM_PROMPTS),
+        "--space", str(SPACE), "--budget", str(budget),
+        "--min-repeats", str(MIN_REPEATS), "--max-repeats", str(MAX_REPEATS),
+        "--run-dir", str(run_dir), "--json",
+    )  # fmt: skip
+    results.update(start=start, starting_settings=STARTS[start], argv=argv[3:], budget_s=budget)
+    log(f"tune from {start}: budget {budget} s")
+    mark = f"{os.getpid()}-{time.time_ns()}"
+    t0 = time.monotonic()
+    with (
+        (recorded / "tune-stdout.txt").open("w") as stdout,
+        (recorded / "tune-stderr.log").open("w") as stderr,
+    ):
+        tune = subprocess.Popen(
+            argv, env=dict(env, GPU_LAB_TUNE_RUN=mark), cwd=REPO, stdout=stdout,
+            stderr=stderr, start_new_session=True,
+        )  # fmt: skip
+        STARTED_GROUPS.add(tune.pid)
+        try:
+            results["exit"] = tune.wait(timeout=max(5, deadline.left() - RESERVE_S + 25))
+        except subprocess.TimeoutExpired:
+            # Past its own budget: stopped as a user would (SIGTERM), then killed.
+            results["exit"] = "past its budget: SIGTERM"
+            os.killpg(tune.pid, signal.SIGTERM)
+            try:
+                tune.wait(timeout=max(3, min(20, deadline.left() - 15)))
+            except subprocess.TimeoutExpired:
+                results["exit"] = "past its budget: SIGKILL"
+                os.killpg(tune.pid, signal.SIGKILL)
+                tune.wait(timeout=10)
+    results["wall_s"] = round(time.monotonic() - t0, 1)
+    results["left_after"] = kill_left(mark)
+    text = (recorded / "tune-stdout.txt").read_text(errors="replace")
+    summary = last_json_object(text)
+    results["summary"] = summary
+    if summary is None:
+        results["stdout_tail"] = text[-3000:]
+        stderr_text = (recorded / "tune-stderr.log").read_text(errors="replace")
+        results["stderr_tail"] = stderr_text[-3000:]
+    if run_dir.exists():
+        results["copy_notes"] = copy_run_dir(run_dir, recorded / "tune-run")
+        results["run_files"] = sorted(
+            str(p.relative_to(run_dir)) for p in run_dir.rglob("*") if p.is_file()
+        )[:200]
+    log(f"tune from {start}: exit {results['exit']} in {results['wall_s']} s")
