@@ -47,6 +47,8 @@ OUTPUT_LEN = int(os.environ.get("GPU_LAB_TUNE_OUTPUT_LEN", "128"))  # shorter in
 NUM_PROMPTS = int(os.environ.get("GPU_LAB_TUNE_PROMPTS", "512"))
 MIN_REPEATS = int(os.environ.get("GPU_LAB_TUNE_MIN_REPEATS", "3"))
 MAX_REPEATS = int(os.environ.get("GPU_LAB_TUNE_MAX_REPEATS", "6"))
+# A trial stuck (a server that never comes up) gives the rest of the budget back.
+TRIAL_TIMEOUT_S = int(os.environ.get("GPU_LAB_TUNE_TRIAL_TIMEOUT_S", "300"))
 # One server at a time: the example's own share (common.write_h200_config halves it for
 # two servers side by side).
 MEM_FRACTION = 0.5
@@ -166,6 +168,7 @@ def run(
         "--output-len", str(OUTPUT_LEN), "--num-prompts", str(NUM_PROMPTS),
         "--space", str(SPACE), "--budget", str(budget),
         "--min-repeats", str(MIN_REPEATS), "--max-repeats", str(MAX_REPEATS),
+        "--trial-timeout", str(TRIAL_TIMEOUT_S),
         "--run-dir", str(run_dir), "--json",
     )  # fmt: skip
     results.update(start=start, starting_settings=STARTS[start], argv=argv[3:], budget_s=budget)
