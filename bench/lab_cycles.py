@@ -120,6 +120,7 @@ class Failure:
     host: str | None = None
     status: str | None = None  # FAILED or UNREACHABLE
     message: str | None = None
+    stderr: str | None = None  # a failed command's first line of stderr
 
 
 def find_failure(text: str) -> Failure:
@@ -141,11 +142,14 @@ def find_failure(text: str) -> Failure:
                 continue
             pending = Failure(failure.phase, failure.step, task, match["host"], match["status"])
             pending.message = _error_before(lines, index)
+            pending.stderr = _stderr_after(lines, index)
             failure = pending
         elif pending is not None and pending.message is None and (match := MSG.match(line)):
             pending.message = match["message"].strip("'\"")
         elif (match := ERROR.match(line)) and task is None and failure.message is None:
             failure.message = match["message"]
+    if failure.stderr:
+        failure.message = f"{failure.message or 'failed'}; stderr: {failure.stderr}"
     if failure.message:
         failure.message = _shorten(failure.message)
     return failure
@@ -159,6 +163,22 @@ def _ignored(lines: list[str], index: int) -> bool:
         if TASK.match(line) or FAILED.match(line) or line.startswith(("PLAY ", "ok: ")):
             return False
     return False
+
+
+def _stderr_after(lines: list[str], index: int) -> str | None:
+    """The first line of a failed command's stderr, from the result printed after it
+    (`stderr: text`, or `stderr: |-` and the text indented below)."""
+    for number, line in enumerate(lines[index + 1 : index + 60], start=index + 1):
+        if line and not line[0].isspace():
+            return None
+        match = re.match(r"^(\s+)stderr: (.*)$", line)
+        if not match:
+            continue
+        value = match[2].strip()
+        if value in ("|-", "|", ">-", ">") and number + 1 < len(lines):
+            value = lines[number + 1].strip()
+        return value.strip("'\"") or None
+    return None
 
 
 def _error_before(lines: list[str], index: int) -> str | None:

@@ -155,3 +155,23 @@ def test_beside_stops_a_long_run_at_once(tmp_path):
     helper.stop()
     assert time.monotonic() - started < 5
     assert [run["stopped"] for run in helper.runs] == [True]
+
+
+def test_a_failed_command_adds_its_stderr():
+    text = steps(("set-up", 0), ("boot", 4)) + (
+        "\nTASK [Start and wait until systemd finished booting glm5-lab-ct] ***\n"
+        "[ERROR]: Task failed: Module failed: non-zero return code\n"
+        "fatal: [localhost]: FAILED! => \n"
+        "    changed: true\n"
+        "    rc: 1\n"
+        "    stderr: |-\n"
+        "        lxc-start glm5-lab-ct failed; the end of .../lxc-start.log:\n"
+        "        lxc-start: ... Received container state ABORTING\n"
+        "\nPLAY RECAP ***\n"
+    )
+    failure = find_failure(text)
+    assert (failure.phase, failure.host, failure.status) == ("boot", "localhost", "FAILED")
+    assert failure.message == (
+        "Task failed: Module failed: non-zero return code; "
+        "stderr: lxc-start glm5-lab-ct failed; the end of .../lxc-start.log:"
+    )
