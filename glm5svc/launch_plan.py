@@ -30,6 +30,7 @@ from glm5svc.sglang_flags import (
     deprecation_note,
     flag_name,
     parse_extra_args,
+    port_problem,
     version_problem,
 )
 from glm5svc.targets import Choice, Target, chosen_value, get_target
@@ -279,6 +280,9 @@ def _server_flags(config: Config, gpus: GpuFacts, plan: LaunchPlan) -> list[Plan
             f"{gpus.count}; fix gpus.expected_count / gpus.visible_devices or the GPU passthrough"
         )
     tp_size, tp_reason = tensor_parallel_size(config, gpus_here)
+    problem = port_problem(config.server.port, plan.sglang.version, config.server.env)
+    if problem and config.server.command is None:  # a stand-in engine has no gRPC port
+        raise ConfigError(problem)
     entries = [
         _flag("--model-path", config.model.path, f"model.path: {plan.model.architecture}"),
         _flag("--served-model-name", config.model.served_name, "model.served_name"),

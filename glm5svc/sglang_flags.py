@@ -93,6 +93,27 @@ def deprecation_note(name: str, version: str | Version) -> str | None:
     )
 
 
+# sglang derives a gRPC port from --port (port + 10000, or SGLANG_GRPC_PORT) and refuses to
+# start when it is past 65535: "SGLANG_GRPC_PORT (70011) must be between 1 and 65535"
+# (0.5.11 server_args.py, _handle_deprecated_args; 0.5.10.post1 has no such port; seen on
+# the H200 when a trial's port was 60011).
+GRPC_PORT_OFFSET = 10000
+GRPC_PORT_SINCE = Version("0.5.11")
+
+
+def port_problem(port: int, version: str | Version, env: dict[str, str]) -> str | None:
+    """Why sglang `version` would refuse server.port at start (None if it would not)."""
+    if Version(str(version)) < GRPC_PORT_SINCE or "SGLANG_GRPC_PORT" in env:
+        return None
+    if port + GRPC_PORT_OFFSET <= 65535:
+        return None
+    return (
+        f"server.port {port}: sglang {version} puts its gRPC port at port + "
+        f"{GRPC_PORT_OFFSET} = {port + GRPC_PORT_OFFSET}, past 65535, and refuses to start; "
+        f"use a port up to {65535 - GRPC_PORT_OFFSET}, or set SGLANG_GRPC_PORT in server.env"
+    )
+
+
 @dataclass(frozen=True)
 class ForbiddenFlag:
     reason: str

@@ -28,6 +28,17 @@ class Signature:
 
 SIGNATURES: tuple[Signature, ...] = (
     Signature(
+        id="grpc-port-out-of-range",
+        title="sglang's derived gRPC port is past 65535",
+        patterns=(r"SGLANG_GRPC_PORT \(\d+\) must be between 1 and 65535",),
+        cause=(
+            "sglang 0.5.11 and later put a gRPC port at server.port + 10000 and refuse to "
+            "start when that is past 65535 (recorded on an H200: port 60011 -> 70011)"
+        ),
+        fix="set server.port to 55535 or lower, or SGLANG_GRPC_PORT in server.env",
+        needs_operator=True,
+    ),
+    Signature(
         id="engine-port-in-use",
         title="The engine port is taken by another process",
         patterns=(r"[Aa]ddress already in use", r"\[Errno 98\]"),

@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 from pathlib import Path
+from random import Random
 from typing import Any
 
 import yaml
@@ -15,16 +16,33 @@ import yaml
 from glm5svc.config import Config, config_from_mapping
 from glm5svc.errors import Glm5Error
 from glm5svc.launch_plan import LaunchPlan, build_launch_plan
+from glm5svc.sglang_flags import GRPC_PORT_OFFSET
 
 SGLANG_PARSER_SCRIPT = Path(__file__).resolve().parents[1] / "data" / "parse_with_sglang.py"
 PARSER_TIMEOUT_S = 300.0
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listened on a moment ago."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+# sglang 0.5.11 puts its gRPC port at --port + 10000 and refuses to start when that is past
+# 65535 (server_args.py, _handle_deprecated_args): trial ports stay below.
+HIGHEST_TRIAL_PORT = 65535 - GRPC_PORT_OFFSET
+LOWEST_TRIAL_PORT = 20000
+
+
+def free_port(random: Random | None = None) -> int:
+    """A TCP port on 127.0.0.1 that nothing listened on a moment ago, in the range where
+    sglang's derived ports still exist."""
+    random = random or Random()
+    for _ in range(200):
+        port = random.randrange(LOWEST_TRIAL_PORT, HIGHEST_TRIAL_PORT)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise Glm5Error(
+        f"no free TCP port between {LOWEST_TRIAL_PORT} and {HIGHEST_TRIAL_PORT} for a trial"
+    )
 
 
 def trial_mapping(mapping: dict[str, Any], trial_dir: Path) -> dict[str, Any]:

@@ -30,7 +30,7 @@ from glm5svc.tune.guard import TakeOver
 from glm5svc.tune.outputs import write_outputs
 from glm5svc.tune.render import Renderer, trial_mapping, write_trial_config
 from glm5svc.tune.search import Search, SearchSettings, Workload, bench_plan_for
-from glm5svc.tune.space import Space, load_space, start_value
+from glm5svc.tune.space import Space, load_space, space_from_dict, start_value
 from glm5svc.tune.trial import TrialOutcome, TrialRequest, run_trial
 
 STUDY_FILE = "tune.json"
@@ -126,6 +126,12 @@ class Tune:
                     "ones this study started from; resume with the same configuration or "
                     "start a new tune"
                 )
+            try:
+                self.space = space_from_dict(saved["space"])
+            except (KeyError, TypeError, ValueError) as exc:
+                raise Glm5Error(
+                    f"--resume {self.run_dir}: {STUDY_FILE} has no space ({exc})"
+                ) from None
             workload = Workload(**saved["workload"])
             settings = SearchSettings(**{**saved["settings"], **_overrides(request.settings)})
             return workload, settings

@@ -85,6 +85,15 @@ class Space:
         }
 
 
+def space_from_dict(data: dict[str, Any]) -> Space:
+    """The space a run directory saved (tune.json): a resumed study searches the same."""
+    return Space(
+        [Knob(k["name"], tuple(k["values"]), bool(k.get("kv_pool"))) for k in data["knobs"]],
+        str(data.get("source", "tune.json")),
+        list(data.get("left_out") or []),
+    )
+
+
 def read_space_file(path: Path | None) -> _SpaceFile:
     path = Path(path) if path else DEFAULT_SPACE
     try:

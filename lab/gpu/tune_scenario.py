@@ -161,6 +161,10 @@ def run(
     (recorded / "h200-tune.yaml").write_text(config.read_text())
     shutil.copy2(SPACE, recorded / SPACE.name)
     run_dir = work / "run"
+    # A tune stopped on an earlier machine continues here (its run directory carried).
+    resume = os.environ.get("GPU_LAB_TUNE_RESUME")
+    if resume:
+        shutil.copytree(REPO / resume, run_dir)
     budget = int(deadline.left() - RESERVE_S)
     argv = glm5svc_argv(
         config, "tune", "run",
@@ -169,7 +173,7 @@ def run(
         "--space", str(SPACE), "--budget", str(budget),
         "--min-repeats", str(MIN_REPEATS), "--max-repeats", str(MAX_REPEATS),
         "--trial-timeout", str(TRIAL_TIMEOUT_S),
-        "--run-dir", str(run_dir), "--json",
+        "--resume" if resume else "--run-dir", str(run_dir), "--json",
     )  # fmt: skip
     results.update(start=start, starting_settings=STARTS[start], argv=argv[3:], budget_s=budget)
     log(f"tune from {start}: budget {budget} s")

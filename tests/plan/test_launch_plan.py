@@ -193,3 +193,13 @@ def test_command_explain_on_example_config():
     assert result.returncode == 0, result.stderr
     assert "--tp-size 8" in result.stdout
     assert "NCCL_P2P_LEVEL SYS" in result.stdout or "NCCL_P2P_LEVEL=SYS" in result.stdout
+
+
+def test_a_port_whose_grpc_port_is_past_65535_is_refused_where_sglang_refuses_it():
+    """sglang 0.5.11 derives a gRPC port at port + 10000 and refuses to start past 65535
+    (seen on the H200); 0.5.10.post1 has no such port."""
+    with pytest.raises(ConfigError, match="55535"):
+        plan_for({"server": {"port": 60011, "profile": "cu130"}})
+    plan_for({"server": {"port": 55535, "profile": "cu130"}})
+    plan_for({"server": {"port": 60011, "profile": "cu130", "env": {"SGLANG_GRPC_PORT": "9"}}})
+    plan_for({"server": {"port": 60011, "profile": "cu128"}})

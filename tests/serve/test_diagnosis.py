@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from glm5svc.serve.diagnosis import SIGNATURES, diagnose, exit_status_for
 
 EXCERPTS = {
+    "grpc-port-out-of-range": [
+        # sglang 0.5.11 on the H200 (tests/fixtures/real_engine/sglang-0.5.11-h200-tune-before)
+        "ValueError: SGLANG_GRPC_PORT (70011) must be between 1 and 65535",
+    ],
     "engine-port-in-use": [
         # uvicorn (sglang's HTTP server) and aiohttp when the port is taken
         "ERROR:    [Errno 98] error while attempting to bind on address ('0.0.0.0', 30000): "
@@ -97,3 +103,14 @@ def test_exit_status_stops_restart_loops_only_when_restarting_cannot_help():
     assert exit_status_for(diagnose(["Driver/library version mismatch"])) == 78
     assert exit_status_for(diagnose(["CUDA out of memory"])) == 1
     assert exit_status_for([]) == 1
+
+
+def test_the_grpc_port_past_65535_recorded_on_the_h200_is_diagnosed():
+    """A tune trial on the H200 got engine port 60011; sglang 0.5.11 refused at start."""
+    log = (
+        Path(__file__).resolve().parents[1]
+        / "fixtures/real_engine/sglang-0.5.11-h200-tune-before/serve-grpc-port.log"
+    )
+    found = diagnose(log.read_text().splitlines())
+    assert [d.signature.id for d in found][:1] == ["grpc-port-out-of-range"]
+    assert found[0].signature.needs_operator
