@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from glm5svc.config import exposure_warning, load_config, read_api_key, resolve_config_path
+from glm5svc.launch_plan import plan_for_service
 
 
 def register(subparsers):
@@ -20,6 +21,7 @@ def run(args) -> int:
     path = args.path or args.config
     config = load_config(path)
     read_api_key(config.server.api_key_file)  # unreadable or unusable keys: exit 78
+    plan_for_service(config)  # the plan's rules (extra_args, ports per sglang): exit 78
     print(f"{resolve_config_path(path)}: valid")
     if warning := exposure_warning(config):
         print(f"WARNING: {warning}", file=sys.stderr)

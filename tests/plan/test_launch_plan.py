@@ -203,3 +203,15 @@ def test_a_port_whose_grpc_port_is_past_65535_is_refused_where_sglang_refuses_it
     plan_for({"server": {"port": 55535, "profile": "cu130"}})
     plan_for({"server": {"port": 60011, "profile": "cu130", "env": {"SGLANG_GRPC_PORT": "9"}}})
     plan_for({"server": {"port": 60011, "profile": "cu128"}})
+
+
+def test_validate_refuses_what_the_plan_refuses(tmp_path):
+    path = tmp_path / "glm5.yaml"
+    path.write_text("server: {port: 60011, profile: cu130, host: 127.0.0.1}\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "glm5svc", "--config", str(path), "validate"],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 78
+    assert "55535" in done.stderr
