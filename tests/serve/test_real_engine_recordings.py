@@ -75,7 +75,8 @@ def test_compile_progress_of_a_real_server_counts_as_progress():
 
 @pytest.mark.parametrize(
     "log",
-    sorted(RECORDINGS.glob("*/*.log")),
+    # Every recorded server that got as far as its KV pool (one refused at start did not).
+    [p for p in sorted(RECORDINGS.glob("*/*.log")) if "max_total_num_tokens=" in p.read_text()],
     ids=lambda p: f"{p.parent.name}/{p.name}",
 )
 def test_the_kv_pool_of_a_real_server_is_read_from_its_log(log):
