@@ -28,6 +28,7 @@ SHORT_RUN_TESTS = {
     "overhead.py": "test_overhead_short",
     "reliability.py": "test_reliability_short",
     "telemetry.py": "test_telemetry_short",
+    "tune_fleet.py": "test_tune_fleet_short",
 }
 
 
@@ -128,6 +129,20 @@ def test_gateway_short(tmp_path):
     two = figures["gateway_2_replicas"]
     assert two["double_concurrency"]["completed"] == two["double_concurrency"]["prompts"]
     assert min(two["requests_per_replica"]) > 0, two["requests_per_replica"]
+
+
+def test_tune_fleet_short(tmp_path):
+    """A tune on one replica of two behind smg, traffic through the gateway all along: no
+    request fails, the replica's unit is stopped and started again, and it is back in
+    rotation."""
+    out = tmp_path / "tune-fleet.json"
+    done = run([sys.executable, "bench/tune_fleet.py", "--short", "--out", str(out)], 600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    figures = json.loads(out.read_text())
+    assert figures["requests_sent"] > 0 and figures["requests_failed"] == 0
+    assert figures["streams_cut_short"] == 0
+    assert figures["systemctl_calls"][-2:] == ["stop glm5.service", "start glm5.service"]
+    assert len(figures["trials"]) == 2 and figures["replica_a_status_after"]["ready"]
 
 
 def test_a_failed_phase_keeps_the_others_figures(tmp_path):
