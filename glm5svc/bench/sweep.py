@@ -47,12 +47,12 @@ RUN_DIR_MODE = 0o750
 WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EFBIG, errno.EACCES}
 
 
-def new_run_dir(results_root: Path, kind: str) -> Path:
-    """results_root/bench/<UTC timestamp>-<kind>, made unique."""
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    base = Path(results_root) / "bench"
+def new_run_dir(results_root: Path, kind: str, under: str = "bench") -> Path:
+    """results_root/<under>/<UTC timestamp>[-<kind>], made unique (tune's runs too)."""
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + (f"-{kind}" if kind else "")
+    base = Path(results_root) / under
     for n in range(1000):
-        candidate = base / (f"{stamp}-{kind}" + (f"-{n}" if n else ""))
+        candidate = base / (stamp + (f"-{n}" if n else ""))
         try:
             candidate.mkdir(parents=True)
         except FileExistsError:
@@ -60,7 +60,7 @@ def new_run_dir(results_root: Path, kind: str) -> Path:
         except OSError as exc:
             raise Glm5Error(
                 f"cannot make the run directory {candidate}: {exc.strerror or exc}; "
-                "free space there or choose another with --results-dir"
+                "free space there or choose another place (--results-dir, or tune's --run-dir)"
             ) from None
         candidate.chmod(RUN_DIR_MODE)  # results are not for other users (plans, logs)
         return candidate

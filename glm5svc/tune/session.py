@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from glm5svc.bench.sweep import telemetry_sampler
+from glm5svc.bench.sweep import new_run_dir, telemetry_sampler
 from glm5svc.config import Config, ConfigLoader, config_from_mapping, resolve_config_path
 from glm5svc.errors import ConfigError, Glm5Error
 from glm5svc.gpus import detect_gpus
@@ -56,25 +56,6 @@ def read_mapping(path: Path) -> dict[str, Any]:
     if data is not None and not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of sections")
     return data or {}
-
-
-def new_tune_dir(results_root: Path) -> Path:
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    base = Path(results_root) / "tune"
-    for n in range(1000):
-        candidate = base / (stamp + (f"-{n}" if n else ""))
-        try:
-            candidate.mkdir(parents=True)
-        except FileExistsError:
-            continue
-        except OSError as exc:
-            raise Glm5Error(
-                f"cannot make the run directory {candidate}: {exc.strerror or exc}; "
-                "choose another with --run-dir"
-            ) from None
-        candidate.chmod(0o700)  # configurations and logs are not for other users
-        return candidate
-    raise Glm5Error(f"cannot make a new run directory under {base}")
 
 
 class Tune:
@@ -144,7 +125,7 @@ class Tune:
                 )
             self.run_dir.mkdir(parents=True, exist_ok=True)
         else:
-            self.run_dir = new_tune_dir(self.config.service.results_dir)
+            self.run_dir = new_run_dir(self.config.service.results_dir, "", under="tune")
         saved = {
             "config": str(self.config_path),
             "workload": request.workload.to_dict(),
