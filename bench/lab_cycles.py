@@ -16,6 +16,9 @@ from a recorded log (CI runs that on a recorded log: no root, no LXC, well under
 --failure is what `scripts/lab up` prints when it fails: the phase and step, the Ansible task
 and host that failed with their error, the log, and what to run next.
 Needs root and what `scripts/lab up` needs; one cycle takes minutes.
+
+Longer than 400 lines: one benchmark: the cycles, the phase parser and the table it prints
+read the same phase lines of scripts/lab and stay together.
 """
 
 from __future__ import annotations
