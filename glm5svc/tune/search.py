@@ -201,6 +201,8 @@ class Search:
         duplicates = 0
         for proposal in self._proposals():
             if self._out_of_time_or_trials():
+                if proposal is not None and proposal[1] is not None:
+                    self.study.tell(proposal[1], state=TrialState.FAIL)  # asked, never run
                 break
             if proposal is None:
                 duplicates += 1

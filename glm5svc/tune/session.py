@@ -141,6 +141,7 @@ class Tune:
         workload, settings = self._prepare_run_dir()
         self.guard.begin(self.config)
         search = None
+        telemetry_status = None
         try:
             with telemetry_sampler(config=self.config) as (sampler, telemetry_status):
                 executor = self._executor(workload, sampler)
@@ -176,7 +177,7 @@ class Tune:
                         "space": self.space.to_dict(),
                         "stopped_by": search.stopped_by,
                         "service": list(self.guard.log),
-                        "telemetry": locals().get("telemetry_status"),
+                        "telemetry": telemetry_status,
                         "bench_plan": {"ladder": [workload.concurrency]},
                     },
                     settings.confidence,
