@@ -392,6 +392,11 @@ def secrets_file_text(api_key: str) -> str:
     return text
 
 
+def connect_host(host: str) -> str:
+    """Where a local client reaches a server that listens on `host` (a wildcard: loopback)."""
+    return "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+
+
 def is_loopback(host: str) -> bool:
     return host in LOOPBACK_HOSTS or host.startswith("127.")
 

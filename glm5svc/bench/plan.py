@@ -6,7 +6,7 @@ import math
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from glm5svc.config import read_api_key
+from glm5svc.config import connect_host, read_api_key
 from glm5svc.errors import ConfigError
 
 # A level's default time limit, from its workload, for slow but working servers: bench_serving
@@ -95,7 +95,7 @@ def plan_from_config(config, ladder: list[int] | None = None, **overrides: Any) 
     """The plan the config describes (benchmark, server, model sections), then overrides."""
     bench = config.benchmark
     server = config.server
-    host = "127.0.0.1" if server.host in ("0.0.0.0", "::", "") else server.host
+    host = connect_host(server.host)
     if ":" in host and not host.startswith("["):
         host = f"[{host}]"
     plan = BenchPlan(

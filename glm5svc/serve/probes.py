@@ -8,6 +8,8 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 
+from glm5svc.config import connect_host
+
 GENERATION_CHECK_PROMPT = "The capital of France is"
 _SAMPLE = re.compile(r"^(sglang:[a-zA-Z_:]+)(\{[^}]*\})?\s+([-+0-9.eEinfaN]+)\s*$")
 PROGRESS_COUNTERS = (
@@ -30,8 +32,7 @@ class ProbeResult:
 
 class EngineClient:
     def __init__(self, host: str, port: int, api_key: str | None = None):
-        connect_host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
-        self.base_url = f"http://{connect_host}:{port}"
+        self.base_url = f"http://{connect_host(host)}:{port}"
         self.api_key = api_key
 
     def _request(self, path: str, timeout: float, body: dict | None = None) -> tuple[int, bytes]:

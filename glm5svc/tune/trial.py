@@ -26,7 +26,7 @@ from typing import Any
 
 from glm5svc.bench.plan import BenchPlan
 from glm5svc.bench.runner import run_level
-from glm5svc.config import Config, read_api_key
+from glm5svc.config import Config, connect_host, read_api_key
 from glm5svc.parent_death import die_with_parent
 from glm5svc.serve.phases import parse_line
 from glm5svc.serve.probes import EngineClient
@@ -258,8 +258,7 @@ def _start_serve(request: TrialRequest, log_path: Path) -> subprocess.Popen:
 
 
 def _listener_url(config: Config, path: str) -> str:
-    host = config.service.listen_host
-    host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+    host = connect_host(config.service.listen_host)
     return f"http://{host}:{config.service.listen_port}{path}"
 
 
