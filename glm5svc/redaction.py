@@ -1,9 +1,18 @@
 """Secrets that must not reach logs, status pages or result files, and their redaction.
 
 sglang prints its whole `server_args=ServerArgs(..., api_key='...')` at start, so every
-line relayed from the engine passes through `Redactor.redact`. A value is secret when it
-is the API key, a `server.env` value whose variable is listed in `server.secret_env`, is
-named like a credential (KEY, TOKEN, SECRET, PASSWORD, ...), or looks like a token.
+line relayed from the engine passes through `Redactor.redact`. Redaction goes by value and
+by known secret field, never by a word inside a field name (sglang's `tokenizer_path`,
+`tokenizer_mode` and `max_total_tokens` are what a diagnosis needs):
+
+- by value: the API key, and each `server.env` value whose variable is listed in
+  `server.secret_env`, is named like a credential (one of its `_`-separated words is KEY,
+  TOKEN, SECRET, PASSWORD, ...: `HF_TOKEN`, not `TOKENIZERS_PARALLELISM`), or looks like a
+  token; wherever it appears, however it is quoted;
+- by field: the value of `api_key`, `admin_api_key` and `ssl_keyfile_password` (sglang's
+  `ServerArgs` fields that hold secrets, as its `server_args=ServerArgs(...)` line prints
+  them in 0.5.10 and 0.5.11) and of each secret `server.env` variable, written `name='v'`,
+  `name="v"`, `name: v` or `"name": "v"`, even when the value itself is unknown here.
 """
 
 from __future__ import annotations
@@ -14,14 +23,13 @@ from collections.abc import Iterable, Mapping
 
 REDACTED = "<redacted>"
 MIN_SECRET_LEN = 4
-_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|PRIVATE", re.IGNORECASE)
-_TOKEN_PREFIX = re.compile(r"^(hf_|sk-|ghp_|gho_|github_pat_|xox[abp]-|glpat-|AKIA)")
-# `name='value'` / `name="value"` for names such as api_key, admin_api_key, hf_token.
-_NAMED_VALUE = re.compile(
-    r"""(\b\w*(?:api_key|token|secret|password)\w*\s*[=:]\s*)"""
-    r"""('(?:[^'\\\n]|\\.)*'|"(?:[^"\\\n]|\\.)*")""",
-    re.IGNORECASE,
+# Words of an environment variable's name that make its value a secret.
+_SECRET_WORDS = frozenset(
+    "KEY APIKEY TOKEN SECRET PASSWORD PASSWD PASS CREDENTIAL CREDENTIALS AUTH PRIVATE".split()
 )
+# sglang ServerArgs fields holding secrets (its server_args line, 0.5.10.post1 and 0.5.11).
+SECRET_FIELDS = ("api_key", "admin_api_key", "ssl_keyfile_password")
+_TOKEN_PREFIX = re.compile(r"^(hf_|sk-|ghp_|gho_|github_pat_|xox[abp]-|glpat-|AKIA)")
 
 
 def looks_like_token(value: str) -> bool:
@@ -38,14 +46,27 @@ def secret_env_names(env: Mapping[str, str], marked: Iterable[str] = ()) -> list
     return [
         name
         for name, value in env.items()
-        if name in marked or _SECRET_NAME.search(name) or looks_like_token(value)
+        if name in marked or _secret_name(name) or looks_like_token(value)
     ]
+
+
+def _secret_name(name: str) -> bool:
+    return any(word in _SECRET_WORDS for word in name.upper().split("_"))
+
+
+def _field_pattern(fields: Iterable[str]) -> re.Pattern[str]:
+    """`field='v'`, `field="v"`, `"field": "v"` and `field: v` for exactly these names."""
+    names = "|".join(sorted(map(re.escape, set(fields)), key=len, reverse=True))
+    return re.compile(
+        rf"""((?<![\w.-])["']?(?:{names})["']?\s*[=:]\s*)"""
+        r"""('(?:[^'\\\n]|\\.)*'|"(?:[^"\\\n]|\\.)*"|(?!None\b|null\b)[^\s,)'"}]+)"""
+    )
 
 
 class Redactor:
     """Replaces each secret (as written, as Python repr and as JSON escape it) with a marker."""
 
-    def __init__(self, secrets: Iterable[str | None]):
+    def __init__(self, secrets: Iterable[str | None], fields: Iterable[str] = ()):
         forms: set[str] = set()
         for secret in secrets:
             if not secret or len(secret) < MIN_SECRET_LEN:
@@ -53,18 +74,21 @@ class Redactor:
             forms |= {secret, repr(secret)[1:-1], json.dumps(secret)[1:-1]}
         self.forms = sorted(forms, key=len, reverse=True)
         self._exact = re.compile("|".join(map(re.escape, self.forms))) if self.forms else None
+        self.fields = (*SECRET_FIELDS, *fields)
+        self._named = _field_pattern(self.fields)
 
     @classmethod
     def for_service(
         cls, api_key: str | None, env: Mapping[str, str], marked: Iterable[str] = ()
     ) -> Redactor:
-        return cls([api_key, *(env[name] for name in secret_env_names(env, marked))])
+        names = secret_env_names(env, marked)
+        return cls([api_key, *(env[name] for name in names)], fields=names)
 
     def redact(self, text: str) -> str:
         if self._exact is not None:
             text = self._exact.sub(REDACTED, text)
         if "=" in text or ":" in text:
-            text = _NAMED_VALUE.sub(lambda m: f"{m.group(1)}'{REDACTED}'", text)
+            text = self._named.sub(lambda m: f"{m.group(1)}{_quoted_like(m.group(2))}", text)
         return text
 
     def redact_cut(self, text: str) -> str:
@@ -75,3 +99,8 @@ class Redactor:
                 if text.endswith(form[:keep]):
                     return text[:-keep] + REDACTED
         return text
+
+
+def _quoted_like(value: str) -> str:
+    quote = value[0] if value[0] in "'\"" else ""
+    return f"{quote}{REDACTED}{quote}"

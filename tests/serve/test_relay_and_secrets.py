@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import os
 import threading
+from pathlib import Path
 
 from glm5svc.redaction import REDACTED, Redactor, looks_like_token, secret_env_names
 from glm5svc.serve.relay import OutputReader
 
+REAL_ENGINE = Path(__file__).parents[1] / "fixtures" / "real_engine"
 KEY = "sk-Very'Secret\\Key-0123"
 
 
@@ -29,19 +31,52 @@ def test_sglang_server_args_line_is_redacted_in_every_form():
     redactor = Redactor([KEY])
     line = f"server_args=ServerArgs(model_path='/m', api_key={KEY!r}, admin_api_key=None)"
     out = relay((line + "\n").encode(), redact=redactor.redact)
-    assert out == [f"server_args=ServerArgs(model_path='/m', api_key='{REDACTED}', "
+    assert out == [f"server_args=ServerArgs(model_path='/m', api_key=\"{REDACTED}\", "
                    "admin_api_key=None)"]  # fmt: skip
     # The key is hidden however it is quoted, even when it is not named.
     for text in (KEY, repr(KEY), f'"key": "{KEY}"'.replace("\\", "\\\\"), f"Bearer {KEY}"):
         assert "Secret" not in redactor.redact(text), text
 
 
-def test_named_secrets_are_redacted_even_when_unknown():
-    redactor = Redactor([])
-    assert redactor.redact("hf_token='abc123', api_key=\"xyz\"") == (
-        f"hf_token='{REDACTED}', api_key='{REDACTED}'"
+def test_known_secret_fields_are_redacted_even_when_the_value_is_unknown():
+    redactor = Redactor([], fields=["HF_TOKEN"])
+    assert redactor.redact("HF_TOKEN='abc123', api_key=\"xyz\", admin_api_key='q'") == (
+        f"HF_TOKEN='{REDACTED}', api_key=\"{REDACTED}\", admin_api_key='{REDACTED}'"
     )
-    assert redactor.redact("api_key=None") == "api_key=None"
+    assert redactor.redact('{"api_key": "xyz", "ssl_keyfile_password": "p"}') == (
+        f'{{"api_key": "{REDACTED}", "ssl_keyfile_password": "{REDACTED}"}}'
+    )
+    assert redactor.redact("api_key: sk-abc more") == f"api_key: {REDACTED} more"
+    assert redactor.redact("api_key=None, admin_api_key=None") == "api_key=None, admin_api_key=None"
+
+
+def test_a_word_inside_a_field_name_is_not_a_secret():
+    redactor = Redactor([])
+    text = (
+        "tokenizer_path='/m/tok', tokenizer_mode='auto', hf_token_path='/x', "
+        "max_total_tokens=None, my_api_key_file='/etc/k', secret_sauce='kept'"
+    )
+    assert redactor.redact(text) == text
+
+
+def test_the_recorded_h200_server_args_line_keeps_everything_but_the_secrets():
+    """sglang 0.5.11's own server_args line (bare, unredacted, on the H200) with a key set."""
+    log = REAL_ENGINE / "sglang-0.5.11-h200-service" / "bare.log"
+    line = next(x for x in log.read_text().splitlines() if "server_args=ServerArgs(" in x)
+    assert "api_key=None" in line and "admin_api_key=None" in line
+    with_key = line.replace(" api_key=None", f" api_key={KEY!r}", 1).replace(
+        "admin_api_key=None", "admin_api_key='adm1n-s3cret'", 1
+    )
+    redactor = Redactor.for_service(KEY, {"TOKENIZERS_PARALLELISM": "false"})
+    out = relay((with_key + "\n").encode(), redact=redactor.redact)[0]
+    assert "Secret" not in out and "adm1n" not in out
+    # repr() quotes this key with ", the admin key with '.
+    assert f' api_key="{REDACTED}"' in out and f"admin_api_key='{REDACTED}'" in out
+    # Everything else is as sglang printed it: the line less its two secrets.
+    assert out.replace(f'"{REDACTED}"', "None").replace(f"'{REDACTED}'", "None") == line
+    for kept in ("tokenizer_path='/", "tokenizer_mode='auto'", "tokenizer_backend='huggingface'",
+                 "max_total_tokens=", "skip_tokenizer_init=False"):  # fmt: skip
+        assert kept in out, kept
 
 
 def test_server_env_secrets_marked_named_or_token_looking():
@@ -51,13 +86,14 @@ def test_server_env_secrets_marked_named_or_token_looking():
         "MY_VAR": "abcdefgh12345678ijkl",
         "MARKED": "plain",
         "CUDA_HOME": "/usr/local/cuda-12.8",
+        "TOKENIZERS_PARALLELISM": "false",
     }
     assert secret_env_names(env, ["MARKED"]) == ["HF_TOKEN", "MY_VAR", "MARKED"]
     assert looks_like_token("hf_abc")
     assert not looks_like_token("/usr/local/cuda-12.8/lib64")
     redactor = Redactor.for_service(None, env, ["MARKED"])
-    assert redactor.redact("token short, plain and abcdefgh12345678ijkl; INFO") == (
-        f"token {REDACTED}, {REDACTED} and {REDACTED}; INFO"
+    assert redactor.redact("token short, plain and abcdefgh12345678ijkl; INFO false") == (
+        f"token {REDACTED}, {REDACTED} and {REDACTED}; INFO false"
     )
 
 
