@@ -181,12 +181,33 @@ def render(status: dict) -> str:
     if status.get("benchmark_running"):
         lines.append("  post-start benchmark: running")
     elif isinstance(bench, dict):
-        summary = bench.get("summary", bench)
-        shown = ", ".join(f"{k}={v}" for k, v in summary.items() if isinstance(v, int | float))
-        lines.append(f"  post-start benchmark: {shown or bench}")
+        lines += _benchmark_lines(bench)
     for warning in status.get("plan_warnings") or []:
         lines.append(f"  plan warning: {warning}")
     return "\n".join(lines)
+
+
+def _benchmark_lines(bench: dict) -> list[str]:
+    """The post-start benchmark in words: failed, stopped, or its best level's figures."""
+    where = f" (results: {bench['results_dir']})" if bench.get("results_dir") else ""
+    if bench.get("error"):
+        return [
+            f"  post-start benchmark: failed: {bench['error']}",
+            "    the service serves on; `journalctl -u glm5 -e` has its log, "
+            "`glm5svc bench` runs it by hand",
+        ]
+    summary = bench.get("summary")
+    figures = summary if isinstance(summary, dict) else {}
+    shown = ", ".join(
+        f"{name}={value:,.1f}"
+        for name, value in figures.items()
+        if isinstance(value, int | float) and not isinstance(value, bool)
+    )
+    if bench.get("stopped_reason"):
+        text = f"stopped: {bench['stopped_reason']}" + (f"; before it: {shown}" if shown else "")
+    else:
+        text = shown or "no level measured"
+    return [f"  post-start benchmark: {text}{where}"]
 
 
 def _diagnosis_lines(d: dict, indent: str = "  ") -> list[str]:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from glm5svc.cli import main
+from glm5svc.commands.status import render
 from glm5svc.serve.listener import MAX_CONNECTIONS, REQUEST_TIMEOUT_S
 from testkit.engine import free_port
 
@@ -97,3 +98,25 @@ def test_half_sent_requests_cannot_pile_up_threads(serve):
     for sock in held:
         sock.close()
     print(f"threads: {before} before, {during} with 300 half-sent requests")
+
+
+@pytest.mark.parametrize(
+    ("benchmark", "said"),
+    [
+        ({"error": "RuntimeError: bench_serving missing"}, "failed: RuntimeError: bench_serving"),
+        (
+            {"stopped_reason": "server died", "summary": {}, "results_dir": "/r/1", "levels": []},
+            "stopped: server died (results: /r/1)",
+        ),
+        (
+            {"summary": {"total_throughput": 1234.5, "concurrency": 64.0}, "levels": [{"a": 1}]},
+            "total_throughput=1,234.5, concurrency=64.0",
+        ),
+        ({"summary": {}, "levels": []}, "no level measured"),
+    ],
+)
+def test_status_says_the_post_start_benchmark_in_words(benchmark, said):
+    text = render({"ready": True, "phase": "serving", "benchmark": benchmark})
+    line = next(x for x in text.splitlines() if "post-start benchmark" in x)
+    assert said in line
+    assert "{" not in text and "'" not in line  # never a raw Python dict
