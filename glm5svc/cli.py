@@ -8,6 +8,11 @@ import sys
 
 from glm5svc import __version__
 from glm5svc.errors import Glm5Error
+from glm5svc.json_output import emit_error, schema_name
+
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+USAGE_SCHEMA = schema_name(["usage"])
 
 # Each module defines register(subparsers) -> parser with set_defaults(func=run).
 COMMAND_MODULES = [
@@ -25,9 +30,24 @@ COMMAND_MODULES = [
 ]
 
 
+class UsageError(Glm5Error):
+    """argparse refused the command line (its usage is on stderr already): exit 2."""
+
+    exit_status = EXIT_USAGE
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's, whose refusals reach `main` (for --json) instead of exiting."""
+
+    def error(self, message: str):
+        self.print_usage(sys.stderr)
+        command = self.prog.removeprefix("glm5svc").strip()
+        raise UsageError(f"{command}: {message}" if command else message)
+
+
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The parser; with `only`, just that sub-command's module is imported (fast start)."""
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="glm5svc",
         description="Launch, supervise, benchmark and observe SGLang serving GLM-5-NVFP4.",
         allow_abbrev=False,
@@ -41,7 +61,23 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command_name", metavar="COMMAND", required=True)
     for name in [only] if only else COMMAND_MODULES:
         importlib.import_module(f"glm5svc.commands.{name}").register(subparsers)
+    for path, command in json_commands(parser).items():
+        command.set_defaults(json_schema=schema_name(path))
     return parser
+
+
+def json_commands(
+    parser: argparse.ArgumentParser, path: tuple[str, ...] = ()
+) -> dict[tuple[str, ...], argparse.ArgumentParser]:
+    """Every (sub-)command that has --json, by its path of names: ("bench", "compare")."""
+    found = {}
+    if path and any("--json" in action.option_strings for action in parser._actions):
+        found[path] = parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                found.update(json_commands(sub, (*path, name)))
+    return found
 
 
 def chosen_command(argv: list[str]) -> str | None:
@@ -58,11 +94,29 @@ def chosen_command(argv: list[str]) -> str | None:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser(only=chosen_command(argv))
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except UsageError as exc:
+        return _failed(exc, USAGE_SCHEMA if "--json" in argv else None)
     try:
         return int(args.func(args) or 0)
     except Glm5Error as exc:
-        print(f"glm5svc: {exc.render()}", file=sys.stderr)
-        return exc.exit_status
+        return _failed(exc, _schema(args))
     except KeyboardInterrupt:
-        return 130
+        if schema := _schema(args):
+            emit_error(schema, "interrupted", EXIT_INTERRUPTED)
+        return EXIT_INTERRUPTED
+
+
+def _schema(args: argparse.Namespace) -> str | None:
+    """The document --json asked for (a command may narrow it, as status --fleet does)."""
+    return args.json_schema if getattr(args, "json", False) else None
+
+
+def _failed(exc: Glm5Error, schema: str | None) -> int:
+    """The error on stderr; with --json also its document on stdout."""
+    if schema:
+        emit_error(schema, str(exc), exc.exit_status, exc.problems)
+    else:
+        print(f"glm5svc: {exc.render()}", file=sys.stderr)
+    return exc.exit_status

@@ -6,7 +6,6 @@ right thing on a machine with no GPU, and never print a traceback.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -367,7 +366,3 @@ def _nearest_existing(path: Path) -> Path:
     while not path.exists() and path != path.parent:
         path = path.parent
     return path
-
-
-def report_json(report: PreflightReport) -> str:
-    return json.dumps(report.to_dict(), indent=2)

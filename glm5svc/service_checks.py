@@ -10,7 +10,7 @@ the next start.
 from __future__ import annotations
 
 import json
-import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 from glm5svc.checks import FAIL, OK, WARN, CheckRow, PreflightContext
@@ -66,12 +66,8 @@ def check_last_run(ctx: PreflightContext) -> list[CheckRow]:
     tokens = record.get("kv_pool_tokens") if isinstance(record, dict) else None
     if not isinstance(tokens, int):
         return []
-    ended = record.get("ended_at")
-    when = (
-        time.strftime(" ended %Y-%m-%d %H:%M UTC", time.gmtime(ended))
-        if isinstance(ended, int | float)
-        else ""
-    )
+    ended = _moment(record.get("ended_at"))
+    when = ended.strftime(" ended %Y-%m-%d %H:%M UTC") if ended else ""
     return [
         CheckRow(
             "last run's KV pool",
@@ -79,3 +75,15 @@ def check_last_run(ctx: PreflightContext) -> list[CheckRow]:
             f"{tokens} tokens (exit status {record.get('exit_status')}{when}; {path})",
         )
     ]
+
+
+def _moment(value) -> datetime | None:
+    """A recorded time: ISO 8601 (glm5svc.json_output), or unix seconds (older records)."""
+    try:
+        if isinstance(value, str):
+            return datetime.fromisoformat(value).astimezone(UTC)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return datetime.fromtimestamp(value, UTC)
+    except (ValueError, OverflowError, OSError):
+        pass
+    return None

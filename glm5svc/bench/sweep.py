@@ -20,6 +20,7 @@ from glm5svc.bench.results import BenchSummary
 from glm5svc.bench.runner import ProgressCallback, run_ladder
 from glm5svc.bench.verdicts import all_verdicts
 from glm5svc.errors import Glm5Error
+from glm5svc.json_output import now_utc
 from glm5svc.telemetry import Sampler
 
 
@@ -130,7 +131,7 @@ def run_benchmark(
 def _measure_and_write(
     plan, run_dir, made_here, kind, judgement, baseline, sampler, config, on_progress, should_stop
 ) -> BenchSummary:
-    started = datetime.now(UTC).isoformat(timespec="seconds")
+    started = now_utc()
     with telemetry_sampler(sampler, config) as (measuring, telemetry_status):
         # Provenance (a subprocess, the launch plan) and the plot's matplotlib import are
         # prepared while the first level runs, not added to the run's wall time.
@@ -143,7 +144,7 @@ def _measure_and_write(
         run_id=run_dir.name,
         kind=kind,
         started_at=started,
-        finished_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        finished_at=now_utc(),
         plan=plan.describe(),
         levels=levels,
         stopped_reason=stopped,

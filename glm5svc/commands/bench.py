@@ -7,13 +7,13 @@ failed); 3 a regression against the baseline with --fail-on-regression; 78 bad c
 
 from __future__ import annotations
 
-import json
 import signal
 import sys
 from pathlib import Path
 
 from glm5svc.config import Config, load_config, resolve_config_path
 from glm5svc.errors import ConfigError
+from glm5svc.json_output import emit
 
 EXIT_STOPPED = 1
 EXIT_REGRESSION = 3
@@ -122,15 +122,17 @@ def run(args) -> int:
         summary = run_benchmark(
             plan, results_root, judgement, config=config, on_progress=progress.update
         )
+    if summary.stopped_reason:
+        exit_status = EXIT_STOPPED
+    elif args.fail_on_regression and summary.below_baseline:
+        exit_status = EXIT_REGRESSION
+    else:
+        exit_status = 0
     if args.json:
-        print(json.dumps(summary.to_dict(), indent=2))
+        emit(args.json_schema, summary.to_dict(), ok=exit_status == 0)
     else:
         _print_report(summary)
-    if summary.stopped_reason:
-        return EXIT_STOPPED
-    if args.fail_on_regression and summary.below_baseline:
-        return EXIT_REGRESSION
-    return 0
+    return exit_status
 
 
 def _print_report(summary) -> None:
@@ -203,13 +205,12 @@ def run_compare(args) -> int:
             f"WARNING: the workloads differ ({comparison['workloads_differ']}): this is not "
             f"a like-for-like comparison. {comparison['text']}"
         )
+    exit_status = EXIT_REGRESSION if args.fail_on_regression and comparison["regressed"] else 0
     if args.json:
-        print(json.dumps(comparison, indent=2))
+        emit(args.json_schema, comparison, ok=exit_status == 0)
     else:
         _print_comparison(comparison)
-    if args.fail_on_regression and comparison["regressed"]:
-        return EXIT_REGRESSION
-    return 0
+    return exit_status
 
 
 def _print_comparison(comparison: dict) -> None:

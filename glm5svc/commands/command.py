@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import json
-
 from glm5svc.config import load_config
+from glm5svc.json_output import emit
 from glm5svc.launch_plan import plan_for_service
 
 
@@ -24,7 +23,7 @@ def register(subparsers):
 def run(args) -> int:
     plan = plan_for_service(load_config(args.config))
     if args.json:
-        print(json.dumps(plan.summary(), indent=2))
+        emit(args.json_schema, plan.summary())
     elif args.explain:
         print(plan.explain())
     else:

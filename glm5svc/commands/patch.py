@@ -13,17 +13,18 @@ Exit status (the same with and without --json):
   4  a write failed or the patched code did not compile; the original is untouched
   5  `status --check` only: a required patch is not applied (status is still printed)
   78 the config file (for server.python) is invalid
-With --json, stdout is one JSON object even on failure ("ok": false, "error": ...).
+With --json, stdout is one JSON object even on failure ("ok": false, "error": ...,
+"exit_status": ...; glm5svc.json_output).
 """
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 from glm5svc.config import Config, load_config, resolve_config_path
 from glm5svc.errors import Glm5Error
+from glm5svc.json_output import emit, emit_error
 from glm5svc.patches.engine import (
     PatchResult,
     UnknownSourceError,
@@ -83,15 +84,8 @@ def run(args) -> int:
     if args.patch_action == "list":
         print(_render_list())
         return 0
-    as_json = getattr(args, "json", False)
-    try:
-        report = patch_report(_target(args), args.patch_ids)
-        return _ACTIONS[args.patch_action](args, report)
-    except Glm5Error as exc:
-        if not as_json:
-            raise
-        print(json.dumps({"ok": False, "changed": False, "error": exc.render()}))
-        return exc.exit_status
+    report = patch_report(_target(args), args.patch_ids)
+    return _ACTIONS[args.patch_action](args, report)
 
 
 def _target(args):
@@ -105,12 +99,13 @@ def _target(args):
 
 
 def _status(args, report: PatchReport) -> int:
-    _emit(args, report)
+    exit_status = 0
     if report.unknown:
-        return UnknownSourceError.exit_status
-    if args.check and report.missing_required:
-        return EXIT_MISSING_REQUIRED
-    return 0
+        exit_status = UnknownSourceError.exit_status
+    elif args.check and report.missing_required:
+        exit_status = EXIT_MISSING_REQUIRED
+    _emit(args, report, exit_status=exit_status)
+    return exit_status
 
 
 def _apply(args, report: PatchReport) -> int:
@@ -125,7 +120,7 @@ def _change(args, report: PatchReport, step) -> int:
     try:
         refuse_unknown(report.results)  # all or nothing: check every patch before writing
     except UnknownSourceError as exc:
-        _emit(args, report, error=exc.render())
+        _emit(args, report, error=exc)
         return exc.exit_status
     done: list[PatchResult] = []
     try:
@@ -133,12 +128,12 @@ def _change(args, report: PatchReport, step) -> int:
             done.append(step(result, report.install))
     except Glm5Error as exc:
         report.results = done + report.results[len(done) :]
-        _emit(args, report, error=exc.render())
+        _emit(args, report, error=exc)
         return exc.exit_status
     except OSError as exc:  # any other write or read failure: the same contract, exit 4
         report.results = done + report.results[len(done) :]
         error = PatchWriteError(f"{getattr(exc, 'filename', None) or 'a patch file'}: {exc}")
-        _emit(args, report, error=error.render())
+        _emit(args, report, error=error)
         return error.exit_status
     report.results = done
     _emit(args, report)
@@ -147,27 +142,29 @@ def _change(args, report: PatchReport, step) -> int:
 
 def _diff(args, report: PatchReport) -> int:
     diffs = {r.patch.id: diff_patch(r) for r in report.results}
+    exit_status = UnknownSourceError.exit_status if report.unknown else 0
     if args.json:
         data = report.to_dict()
         for item in data["patches"]:
             item["diff"] = diffs[item["id"]]
-        print(json.dumps(data, indent=2))
+        emit(args.json_schema, data, ok=exit_status == 0)
     else:
         for result in report.results:
             print(f"# {result.patch.id}: {result.verdict.value}: {result.detail}")
             sys.stdout.write(diffs[result.patch.id])
-    return UnknownSourceError.exit_status if report.unknown else 0
+    return exit_status
 
 
 _ACTIONS = {"status": _status, "apply": _apply, "revert": _revert, "diff": _diff}
 
 
-def _emit(args, report: PatchReport, error: str | None = None) -> None:
+def _emit(args, report: PatchReport, error: Glm5Error | None = None, exit_status: int = 0) -> None:
     if args.json:
-        data = report.to_dict()
         if error:
-            data.update(ok=False, error=error)
-        print(json.dumps(data, indent=2))
+            emit_error(args.json_schema, str(error), error.exit_status, error.problems,
+                       **report.to_dict())  # fmt: skip
+        else:
+            emit(args.json_schema, report.to_dict(), ok=exit_status == 0)
         return
     install = report.install
     print(f"sglang {install.version} in {install.site_packages}")
@@ -177,7 +174,7 @@ def _emit(args, report: PatchReport, error: str | None = None) -> None:
         print(f"  {result.patch.id:<{width}}  {result.verdict.value}{tag}")
         print(f"  {'':<{width}}  {result.detail}")
     if error:
-        print(f"glm5svc: {error}", file=sys.stderr)
+        print(f"glm5svc: {error.render()}", file=sys.stderr)
 
 
 def _render_list() -> str:

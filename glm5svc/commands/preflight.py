@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from glm5svc.config import load_config
-from glm5svc.preflight import report_json, run_preflight
+from glm5svc.json_output import emit
+from glm5svc.preflight import run_preflight
 
 
 def register(subparsers):
@@ -17,5 +18,8 @@ def register(subparsers):
 
 def run(args) -> int:
     report = run_preflight(load_config(args.config))
-    print(report_json(report) if args.json else report.render())
+    if args.json:
+        emit(args.json_schema, report.to_dict(), ok=not report.has_failures)
+    else:
+        print(report.render())
     return 1 if report.has_failures else 0

@@ -1,4 +1,8 @@
-"""`glm5svc provision`: site.yml through ansible-runner, a live view, a final summary."""
+"""`glm5svc provision`: site.yml through ansible-runner, a live view, a final summary.
+
+Exit status: ansible-playbook's (0 done, 2 a host failed, 4 unreachable, ...); 1 when
+nothing ran because no host matched, or ansible-runner could not start the playbook.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +13,15 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from glm5svc.provision.runner import Progress, new_log_path, run_playbook
+from glm5svc.json_output import emit
+from glm5svc.provision.runner import (
+    Progress,
+    inventory_groups,
+    new_log_path,
+    no_host_matched,
+    no_hosts_error,
+    run_playbook,
+)
 
 DEFAULT_LOG_DIR = Path(os.environ.get("GLM5SVC_PROVISION_LOGS", "/var/log/glm5svc"))
 
@@ -21,9 +33,21 @@ def register(subparsers):
     parser.add_argument("--project", default=".", help="the glm5svc checkout holding site.yml")
     parser.add_argument("-i", "--inventory", help="inventory (default: ansible.cfg's)")
     parser.add_argument("--playbook", default="site.yml")
-    parser.add_argument("--check", action="store_true", help="ansible --check --diff")
-    parser.add_argument("--limit", help="ansible --limit")
+    ansible = parser.add_argument_group("passed to ansible-playbook as they are")
+    ansible.add_argument("--check", action="store_true", help="change nothing, report")
+    ansible.add_argument("--diff", action="store_true", help="show what files change")
+    ansible.add_argument("--limit", metavar="PATTERN", help="only these hosts or groups")
+    ansible.add_argument("--tags", metavar="TAGS", help="only tasks with these tags (a,b)")
+    ansible.add_argument("--skip-tags", metavar="TAGS", help="no task with these tags (a,b)")
+    ansible.add_argument(
+        "-e",
+        "--extra-vars",
+        action="append",
+        metavar="VARS",
+        help="key=value, a JSON/YAML string or @file (repeat)",
+    )
     parser.add_argument("--log-dir", default=str(DEFAULT_LOG_DIR), help="full logs kept here")
+    parser.add_argument("--json", action="store_true", help="no live view; the summary as JSON")
     parser.set_defaults(func=run)
     return parser
 
@@ -43,25 +67,63 @@ def _table(progress: Progress) -> Table:
     return table
 
 
+def ansible_arguments(args) -> list[str]:
+    """The ansible-playbook options given, as ansible-playbook takes them."""
+    extra = [flag for flag in ("--check", "--diff") if getattr(args, flag[2:])]
+    for name, value in (("--limit", args.limit), ("--tags", args.tags),
+                        ("--skip-tags", args.skip_tags)):  # fmt: skip
+        if value:
+            extra += [name, value]
+    for value in args.extra_vars or []:
+        extra += ["--extra-vars", value]
+    return extra
+
+
 def run(args) -> int:
     project = Path(args.project).resolve()
-    extra = []
-    if args.check:
-        extra += ["--check", "--diff"]
-    if args.limit:
-        extra += ["--limit", args.limit]
+    extra = ansible_arguments(args)
     log_path = new_log_path(project, args.playbook, Path(args.log_dir))
     progress = Progress()
-    console = Console()
-    with Live(_table(progress), console=console, refresh_per_second=4) as live:
+    if args.json:
+        rc = run_playbook(project, args.playbook, args.inventory, extra, log_path, progress.handle)
+    else:
+        console = Console()
+        with Live(_table(progress), console=console, refresh_per_second=4) as live:
 
-        def on_event(event):
-            progress.handle(event)
-            live.update(_table(progress))
+            def on_event(event):
+                progress.handle(event)
+                live.update(_table(progress))
 
-        rc = run_playbook(project, args.playbook, args.inventory, extra, log_path, on_event)
-    _summary(console, progress, rc, log_path)
+            rc = run_playbook(project, args.playbook, args.inventory, extra, log_path, on_event)
+    if no_host_matched(progress):
+        groups = inventory_groups(project, args.inventory)
+        error = no_hosts_error(progress, args.limit, args.inventory, groups)
+        error.problems.append(f"full log: {log_path}")
+        raise error
+    if args.json:
+        emit(args.json_schema, _summary_dict(progress, rc, log_path, extra), ok=rc == 0)
+    else:
+        _summary(console, progress, rc, log_path)
     return rc
+
+
+def _summary_dict(progress: Progress, rc: int, log_path: Path, extra: list[str]) -> dict:
+    return {
+        "ansible_rc": rc,
+        "ansible_arguments": extra,
+        "log": str(log_path),
+        "hosts": {
+            name: {
+                "ok": tally.ok,
+                "changed": tally.changed,
+                "failed": tally.failed,
+                "unreachable": tally.unreachable,
+                "changed_tasks": tally.changed_tasks,
+                "messages": tally.messages,
+            }
+            for name, tally in progress.hosts.items()
+        },
+    }
 
 
 def _summary(console: Console, progress: Progress, rc: int, log_path: Path) -> None:

@@ -10,11 +10,13 @@ import urllib.request
 
 from glm5svc import fleet
 from glm5svc.config import FleetSection, load_config, read_api_key
-from glm5svc.errors import ConfigError
+from glm5svc.errors import ConfigError, Glm5Error
+from glm5svc.json_output import emit, schema_name
 
 EXIT_NOT_READY = 1
 EXIT_UNREACHABLE = 3  # LSB: "program is not running"
 EXIT_UNKNOWN = 4  # LSB: "program or service status is unknown"
+FLEET_SCHEMA = schema_name(["status", "fleet"])
 RESET_HINT = (
     '  if systemd gave up restarting it ("Start request repeated too quickly"): '
     "`systemctl reset-failed glm5 && systemctl start glm5`"
@@ -73,24 +75,42 @@ def run(args) -> int:
         with urllib.request.urlopen(url, timeout=args.timeout) as response:
             status = json.loads(response.read())
     except OSError as exc:
-        print(f"glm5svc: not reachable at {url}: {exc}")
-        print("  is the service running? `systemctl status glm5` / `journalctl -u glm5 -e`")
-        print(RESET_HINT)
-        return EXIT_UNREACHABLE
+        raise Unreachable(
+            f"not reachable at {url}: {exc}",
+            problems=[
+                "is the service running? `systemctl status glm5` / `journalctl -u glm5 -e`",
+                RESET_HINT.strip(),
+            ],
+        ) from None
     except ValueError as exc:
-        print(f"glm5svc: {url} answered something that is not JSON ({exc})")
-        print(f"  is another program listening on service.listen_port {service.listen_port}?")
-        return EXIT_UNKNOWN
+        raise NotAStatus(
+            f"{url} answered something that is not JSON ({exc})",
+            problems=[other_program(service.listen_port)],
+        ) from None
     problem = document_problem(status)
     if problem:
-        print(f"glm5svc: {url} answered JSON that is not a glm5svc status: {problem}")
-        print(f"  is another program listening on service.listen_port {service.listen_port}?")
-        return EXIT_UNKNOWN
+        raise NotAStatus(
+            f"{url} answered JSON that is not a glm5svc status: {problem}",
+            problems=[other_program(service.listen_port)],
+        )
+    ready = status["ready"] is True
     if args.json:
-        print(json.dumps(status, indent=2))
+        emit(args.json_schema, status, ok=ready)
     else:
         print(render(status))
-    return 0 if status["ready"] is True else EXIT_NOT_READY
+    return 0 if ready else EXIT_NOT_READY
+
+
+class Unreachable(Glm5Error):
+    exit_status = EXIT_UNREACHABLE
+
+
+class NotAStatus(Glm5Error):
+    exit_status = EXIT_UNKNOWN
+
+
+def other_program(port: int) -> str:
+    return f"is another program listening on service.listen_port {port}?"
 
 
 def document_problem(status) -> str | None:
@@ -106,6 +126,7 @@ def document_problem(status) -> str | None:
 
 
 def run_fleet(args) -> int:
+    args.json_schema = FLEET_SCHEMA
     config = load_config(args.config)
     try:
         listed = FleetSection(
@@ -122,15 +143,17 @@ def run_fleet(args) -> int:
     view = fleet.read_fleet(
         listed.replicas, listed.gateway, args.timeout, read_api_key(config.server.api_key_file)
     )
+    gateway = view.gateway
+    all_in = not listed.gateway or all(row.in_gateway == "healthy" for row in view.replicas)
+    if listed.gateway and not gateway.get("reachable"):
+        exit_status = EXIT_UNREACHABLE
+    else:
+        exit_status = 0 if view.ready_count == len(view.replicas) and all_in else EXIT_NOT_READY
     if args.json:
-        print(json.dumps(view.to_dict(), indent=2))
+        emit(args.json_schema, view.to_dict(), ok=exit_status == 0)
     else:
         print(fleet.render(view))
-    gateway = view.gateway
-    if listed.gateway and not gateway.get("reachable"):
-        return EXIT_UNREACHABLE
-    all_in = not listed.gateway or all(row.in_gateway == "healthy" for row in view.replicas)
-    return 0 if view.ready_count == len(view.replicas) and all_in else EXIT_NOT_READY
+    return exit_status
 
 
 def render(status: dict) -> str:

@@ -6,10 +6,10 @@ no library, no GPU), after printing why; 78 for a bad configuration file.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
+from glm5svc.json_output import emit, emit_error
 from glm5svc.telemetry.sampler import Sampler
 
 EXIT_NO_DRIVER = 69  # sysexits.h EX_UNAVAILABLE
@@ -22,7 +22,9 @@ def register(subparsers):
         help="live GPU power, clocks, PCIe and memory view (exit 69 without an NVIDIA driver)",
     )
     parser.add_argument("--once", action="store_true", help="take one sample, print, exit")
-    parser.add_argument("--json", action="store_true", help="print the snapshot as JSON")
+    parser.add_argument(
+        "--json", action="store_true", help="print one snapshot as JSON (implies --once)"
+    )
     parser.add_argument("--period", type=float, help="seconds between samples (config default)")
     parser.set_defaults(func=run)
     return parser
@@ -45,6 +47,7 @@ def _periods(args) -> tuple[float, float]:
 
 def run(args) -> int:
     period, pcie_period = _periods(args)
+    args.once = args.once or args.json
     if args.once:
         period = min(period, ONCE_PERIOD_S)
     sampler = Sampler(period_s=period, pcie_period_s=pcie_period).start()
@@ -62,16 +65,18 @@ def run(args) -> int:
 
 def _unavailable(sampler: Sampler, args) -> int:
     snapshot = sampler.snapshot()
+    message = f"GPU telemetry unavailable: {snapshot.reason}"
     if args.json:
-        print(json.dumps(snapshot.to_dict(), indent=2))
-    print(f"glm5svc: GPU telemetry unavailable: {snapshot.reason}", file=sys.stderr)
+        emit_error(args.json_schema, message, EXIT_NO_DRIVER, **snapshot.to_dict())
+    else:
+        print(f"glm5svc: {message}", file=sys.stderr)
     return EXIT_NO_DRIVER
 
 
 def _print_once(sampler: Sampler, args) -> int:
     snapshot = sampler.snapshot()
     if args.json:
-        print(json.dumps(snapshot.to_dict(), indent=2))
+        emit(args.json_schema, snapshot.to_dict())
     else:
         from rich.console import Console
 

@@ -19,6 +19,7 @@ import threading
 from pathlib import Path
 
 from glm5svc.errors import ConfigError, Glm5Error
+from glm5svc.json_output import emit
 
 EXIT_INTERRUPTED = 130
 
@@ -108,7 +109,7 @@ def register(subparsers):
         help="drain and stop a serving glm5.service for the tune; it is started again at the end",
     )
     run.add_argument("--json", action="store_true", help="print the summary as JSON")
-    run.set_defaults(func=_guarded(run_tune))
+    run.set_defaults(func=run_tune)
 
     apply = actions.add_parser(
         "apply",
@@ -117,12 +118,12 @@ def register(subparsers):
     apply.add_argument("run_dir", metavar="RUN_DIR")
     apply.add_argument("--no-restart", action="store_true", help="do not restart glm5.service")
     apply.add_argument("--json", action="store_true")
-    apply.set_defaults(func=_guarded(run_apply))
+    apply.set_defaults(func=run_apply)
 
     show = actions.add_parser("show", help="a tune's trials and result")
     show.add_argument("run_dir", metavar="RUN_DIR")
     show.add_argument("--json", action="store_true")
-    show.set_defaults(func=_guarded(run_show))
+    show.set_defaults(func=run_show)
     return parser
 
 
@@ -132,24 +133,6 @@ def _usage(parser):
         return 2
 
     return usage
-
-
-def _guarded(func):
-    """--json: JSON on every exit path, errors included."""
-
-    def guarded(args) -> int:
-        if not getattr(args, "json", False):
-            return func(args)
-        try:
-            return func(args)
-        except Glm5Error as exc:
-            print(json.dumps({"ok": False, "error": exc.render(), "exit_status": exc.exit_status}))
-            return exc.exit_status
-        except KeyboardInterrupt:
-            print(json.dumps({"ok": False, "error": "interrupted", "exit_status": 130}))
-            return EXIT_INTERRUPTED
-
-    return guarded
 
 
 def _request(args):
@@ -246,11 +229,10 @@ def run_tune(args) -> int:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    summary["ok"] = not received
     if received:
         summary["interrupted_by"] = signal.Signals(received[0]).name
     if args.json:
-        print(json.dumps(summary, indent=2, default=str))
+        emit(args.json_schema, summary, ok=not received)
     else:
         _print_result(summary)
     if received:
@@ -285,7 +267,7 @@ def run_apply(args) -> int:
 
     result = apply_tune(Path(args.run_dir), args.config, restart=not args.no_restart)
     if args.json:
-        print(json.dumps({"ok": True, **result}, indent=2))
+        emit(args.json_schema, result)
     else:
         for line in result["messages"]:
             print(line)
@@ -301,7 +283,7 @@ def run_show(args) -> int:
     except (OSError, ValueError) as exc:
         raise Glm5Error(f"{path}: not a finished tune's summary ({exc})") from None
     if args.json:
-        print(json.dumps(summary, indent=2))
+        emit(args.json_schema, summary)
     else:
         print(trials_markdown(summary.get("trials") or []))
         print(f"stopped: {summary.get('stopped_by')}")

@@ -3,13 +3,21 @@
 What the summary shows besides the counts: the message of every `ansible.builtin.debug`
 task (the roles use debug only to report to the operator: verdicts, reports, what check
 mode cannot know) and of every failed or unreachable task.
+
+A run in which no host matched (ansible-playbook skips such a play with exit 0, or refuses
+a `--limit` that leaves nothing with exit 1) is an error naming the plays' host patterns,
+the `--limit` and the inventory's groups (`ansible-inventory --list`).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
+import re
+import shlex
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -24,6 +32,7 @@ class ProvisionError(Glm5Error):
 
 
 DEBUG_ACTIONS = ("ansible.builtin.debug", "debug")
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 @dataclass
@@ -41,6 +50,9 @@ class HostTally:
 class Progress:
     hosts: dict[str, HostTally] = field(default_factory=dict)
     play: str = ""
+    patterns: list[str] = field(default_factory=list)  # each play's host pattern
+    unmatched: list[str] = field(default_factory=list)  # patterns of plays no host matched
+    ansible_errors: list[str] = field(default_factory=list)  # ansible's own ERROR lines
 
     def host(self, name: str) -> HostTally:
         return self.hosts.setdefault(name, HostTally())
@@ -51,6 +63,11 @@ class Progress:
         host = data.get("host")
         if kind == "playbook_on_play_start":
             self.play = data.get("play", "")
+            self.patterns.append(str(data.get("play_pattern", "")))
+        elif kind == "playbook_on_no_hosts_matched":
+            self.unmatched.append(str(data.get("play_pattern", "")))
+        elif kind in ("verbose", "error") and "ERROR" in event.get("stdout", ""):
+            self.ansible_errors.append(_ANSI.sub("", event["stdout"]).strip())
         if not host:
             return
         tally = self.host(host)
@@ -123,7 +140,7 @@ def run_playbook(
     """ansible-runner over the playbook; every event to on_event, its output to log_path."""
     import ansible_runner  # an optional dependency (glm5svc[provision]), checked above
 
-    cmdline = " ".join(extra_args)
+    cmdline = shlex.join(extra_args)
     # ansible-runner's working directory (env/, artifacts/ with every event again): the log
     # keeps the output, so it goes once the run is over.
     with (
@@ -144,11 +161,65 @@ def run_playbook(
             playbook=str(project_dir / playbook),
             inventory=inventory,
             cmdline=cmdline or None,
-            envvars={
-                "ANSIBLE_CONFIG": str(project_dir / "ansible.cfg"),
-                "PATH": f"{ansible_bin_dir()}{os.pathsep}{os.environ.get('PATH', '')}",
-            },
+            envvars=_ansible_env(project_dir),
             event_handler=event_handler,
             quiet=True,
         )
     return int(result.rc or 0)
+
+
+def _ansible_env(project_dir: Path) -> dict[str, str]:
+    return {
+        "ANSIBLE_CONFIG": str(project_dir / "ansible.cfg"),
+        "PATH": f"{ansible_bin_dir()}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+
+
+def no_host_matched(progress: Progress) -> bool:
+    """Nothing ran on any host: every play was skipped, or ansible refused the --limit."""
+    if progress.hosts:
+        return False
+    return bool(progress.unmatched) or any("no hosts" in e for e in progress.ansible_errors)
+
+
+def inventory_groups(project_dir: Path, inventory: str | None) -> list[str]:
+    """The inventory's groups with at least one host, as ansible-inventory reads them."""
+    cmd = [str(ansible_bin_dir() / "ansible-inventory"), "--list"]
+    if inventory:
+        cmd += ["-i", inventory]
+    try:
+        listed = subprocess.run(
+            cmd, cwd=project_dir, env={**os.environ, **_ansible_env(project_dir)},
+            capture_output=True, text=True, timeout=120, check=True,
+        )  # fmt: skip
+        data = json.loads(listed.stdout)
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return []
+    return sorted(
+        name
+        for name, group in data.items()
+        if name not in ("_meta", "all") and isinstance(group, dict) and _has_hosts(data, name)
+    )
+
+
+def _has_hosts(data: dict, name: str, seen: frozenset[str] = frozenset()) -> bool:
+    group = data.get(name) or {}
+    if group.get("hosts"):
+        return True
+    children = [c for c in group.get("children", []) if c not in seen]
+    return any(_has_hosts(data, child, seen | {name}) for child in children)
+
+
+def no_hosts_error(
+    progress: Progress, limit: str | None, inventory: str | None, groups: list[str]
+) -> ProvisionError:
+    patterns = ", ".join(sorted(set(progress.unmatched or progress.patterns))) or "?"
+    where = inventory or "ansible.cfg's inventory"
+    problems = [
+        f"the plays' host patterns: {patterns}" + (f"; --limit {limit}" if limit else ""),
+        f"the groups with hosts in {where}: {', '.join(groups) if groups else 'none'}",
+        "fix: pass -i with the site's inventory (inventory/<site>/hosts.yml), or a --limit "
+        "naming one of those groups or hosts",
+    ]
+    problems += progress.ansible_errors[-2:]
+    return ProvisionError("no hosts matched: nothing was provisioned", problems=problems)

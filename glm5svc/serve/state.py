@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from glm5svc import __version__
+from glm5svc.json_output import iso_utc
 from glm5svc.serve.phases import Phase
 
 
@@ -167,7 +168,7 @@ class SupervisorState:
                 "pid": os.getpid(),
                 "engine_pid": self.engine_pid,
                 "engine_exit_status": self.engine_exit_status,
-                "started_at": self.started_at,
+                "started_at": iso_utc(self.started_at),
                 "uptime_s": round(now - self.started_mono, 3),
                 "engine_uptime_s": (
                     round(now - self.engine_started_mono, 3) if self.engine_started_mono else None

@@ -36,6 +36,7 @@ from typing import Any
 from glm5svc.atomic_file import write_atomic
 from glm5svc.config import Config
 from glm5svc.errors import EXIT_CONFIG
+from glm5svc.json_output import now_utc
 from glm5svc.port_owners import holders
 from glm5svc.redaction import Redactor
 from glm5svc.serve.diagnosis import EXIT_ENGINE_FAILED, diagnose, exit_status_for
@@ -834,7 +835,7 @@ class Supervisor:
         previous = self.state.previous_run or {}
         failures = previous.get("failed_runs_in_a_row", 0) + 1 if status else 0
         record: dict[str, Any] = {
-            "ended_at": time.time(),
+            "ended_at": now_utc(),
             "exit_status": status,
             "message": message,
             "diagnosis": self.state.diagnosis,

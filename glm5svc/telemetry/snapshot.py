@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass, field
 
+from glm5svc.json_output import iso_utc
+
 
 @dataclass(frozen=True)
 class GpuSnapshot:
@@ -68,7 +70,7 @@ class Snapshot:
             "available": self.available,
             "reason": self.reason,
             "driver_version": self.driver_version,
-            "started_at": self.started_at,
-            "taken_at": self.taken_at,
+            "started_at": iso_utc(self.started_at),
+            "taken_at": iso_utc(self.taken_at),
             "gpus": [gpu.to_dict() for gpu in self.gpus],
         }

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
+from glm5svc.json_output import iso_utc
+
 
 def total_or_none(values: Iterable[float | int | None]):
     """The sum when every value is known, else None (also for no values)."""
@@ -100,7 +102,7 @@ class WindowStats:
             "label": self.label,
             "available": self.available,
             "reason": self.reason,
-            "started_at": self.started_at,
+            "started_at": iso_utc(self.started_at),
             "duration_s": self.duration_s,
             "energy_joules": self.energy_joules,
             "pcie_tx_bytes": self.pcie_tx_bytes,

@@ -12,7 +12,6 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,7 @@ from glm5svc.bench.sweep import new_run_dir, telemetry_sampler
 from glm5svc.config import Config, ConfigLoader, config_from_mapping, resolve_config_path
 from glm5svc.errors import ConfigError, Glm5Error
 from glm5svc.gpus import detect_gpus
+from glm5svc.json_output import now_utc
 from glm5svc.launch_plan import installed_sglang
 from glm5svc.model_info import read_model_facts
 from glm5svc.nvml import NvmlUnavailable
@@ -137,7 +137,7 @@ class Tune:
         return request.workload, request.settings
 
     def run(self) -> dict[str, Any]:
-        started_at = datetime.now(UTC).isoformat(timespec="seconds")
+        started_at = now_utc()
         workload, settings = self._prepare_run_dir()
         self.guard.begin(self.config)
         search = None
@@ -169,7 +169,7 @@ class Tune:
                     self.start,
                     {
                         "started_at": started_at,
-                        "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
+                        "finished_at": now_utc(),
                         "config": str(self.config_path),
                         "facts": self.facts_summary,
                         "workload": workload.to_dict(),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 
 import pytest
@@ -22,6 +23,14 @@ PLAYBOOK = """\
         dest: "{{ playbook_dir }}/written"
         content: "x\\n"
         mode: "0644"
+    - name: Tagged greeting
+      ansible.builtin.debug:
+        msg: "greeting: {{ greeting | default('none') }}"
+      tags: [greet]
+    - name: Tagged farewell
+      ansible.builtin.debug:
+        msg: farewell
+      tags: [farewell]
 """
 
 
@@ -32,7 +41,8 @@ def project(tmp_path):
     (project / "play.yml").write_text(PLAYBOOK)
     (project / "ansible.cfg").write_text("[defaults]\ninterpreter_python = auto_silent\n")
     (project / "hosts.yml").write_text(
-        f"all:\n  hosts:\n    localhost:\n      ansible_python_interpreter: {sys.executable}\n"
+        "all:\n  children:\n    lab:\n      hosts:\n        localhost:\n"
+        f"          ansible_python_interpreter: {sys.executable}\n"
     )
     return project
 
@@ -63,3 +73,41 @@ def test_a_missing_playbook_is_named_and_nothing_is_written(project, tmp_path, c
     assert status == 1
     assert f"no playbook {project / 'site.yml'}: pass --project" in err.err + err.out
     assert not logs.exists()
+
+
+@pytest.mark.timeout(120)
+def test_ansible_options_pass_through_and_json(project, tmp_path, capsys):
+    status = main(
+        [
+            "provision", "--check", "--diff", "--project", str(project), "--playbook",
+            "play.yml", "-i", str(project / "hosts.yml"), "--log-dir", str(tmp_path / "logs"),
+            "--limit", "lab", "--tags", "greet,farewell", "--skip-tags", "farewell",
+            "-e", "greeting='hello world'", "-e", "unused=1", "--json",
+        ]
+    )  # fmt: skip
+    doc = json.loads(capsys.readouterr().out)
+    assert status == 0 and doc["schema"] == "glm5svc.provision/1" and doc["ok"] is True
+    assert doc["ansible_arguments"][:2] == ["--check", "--diff"]
+    messages = doc["hosts"]["localhost"]["messages"]
+    # -e with a space reached ansible whole; only the task tagged greet ran.
+    assert messages == {"Tagged greeting": "greeting: hello world"}
+    assert not (project / "written").exists()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    ("pattern", "limit"), [("nosuchgroup", None), ("lab", "nosuchhost")], ids=["play", "limit"]
+)
+def test_no_host_matched_is_an_error_naming_the_pattern_and_groups(
+    project, tmp_path, capsys, pattern, limit
+):
+    (project / "play.yml").write_text(PLAYBOOK.replace("hosts: localhost", f"hosts: {pattern}"))
+    argv = ["provision", "--project", str(project), "--playbook", "play.yml",
+            "-i", str(project / "hosts.yml"), "--log-dir", str(tmp_path / "logs")]  # fmt: skip
+    status = main(argv + (["--limit", limit] if limit else []))
+    captured = capsys.readouterr()
+    assert status == 1, captured
+    assert "no hosts matched: nothing was provisioned" in captured.err
+    assert "provisioned" not in captured.out.replace("nothing was provisioned", "")
+    assert pattern in captured.err and (limit or pattern) in captured.err
+    assert f"the groups with hosts in {project / 'hosts.yml'}: lab" in captured.err
