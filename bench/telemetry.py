@@ -2,9 +2,11 @@
 """Benchmark of the GPU telemetry sampler on real GPUs (all visible GPUs at once).
 
 Measures: the cost of one sample per GPU (median, p99) beside the naive PcieThroughput
-call; PCIe counting accuracy (counted bytes / payload of pinned host<->device copies while
-the fast PCIe loop runs, and whether a counter wrap was lost); power rising toward the limit
-under a bf16 matmul load, with the clock-event reasons seen. Prints figures, writes JSON.
+call; the running sampler's CPU (its own threads' CPU time, per GPU) while the GPUs are
+idle and while pinned host<->device copies keep PCIe busy; PCIe counting accuracy under
+those copies (counted bytes / payload, and whether a counter wrap was lost); power rising
+toward the limit under a bf16 matmul load, with the clock-event reasons seen. Prints
+figures, writes JSON.
 
     PYTHONPATH=. python3 bench/telemetry.py --out results/telemetry-bench.json
     python -m testkit.with_fake_nvml 2 bench/telemetry.py --short    (CI: the fake NVML)
@@ -42,8 +44,14 @@ from glm5svc.nvml import (  # noqa: E402
     text,
 )
 from glm5svc.telemetry import PynvmlSource, Sampler  # noqa: E402
+from glm5svc.telemetry.decoding import (  # noqa: E402
+    pcie_max_counter_rate,
+    pcie_read_period_s,
+    pcie_wrap_period_s,
+)
 
 GIB = 2**30
+FI_ENERGY = 191  # NVML_FI_DEV_ENERGY, measured beside field 83
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -59,10 +67,13 @@ def summarise_us(samples_ns: list[int], cpu_ns: list[int] | None = None) -> dict
     return out
 
 
-def time_call(call, n: int) -> dict:
-    """Wall time per call, and this thread's CPU time (a blocking wait costs wall, not CPU)."""
+def time_call(call, n: int, gap_s: float = 0.0) -> dict:
+    """Wall time per call, and this thread's CPU time (a blocking wait costs wall, not CPU).
+    gap_s > 0: the calls that far apart, as the sampler makes them (not back to back)."""
     samples, cpu = [], []
     for _ in range(n):
+        if gap_s:
+            time.sleep(gap_s)
         c0 = time.thread_time_ns()
         t0 = time.perf_counter_ns()
         try:
@@ -128,6 +139,18 @@ def per_call_costs(handle, n: int) -> dict:
             ),
             n,
         ),
+        "FieldValues[197] (TX alone)": (
+            lambda: n_.nvmlDeviceGetFieldValues(handle, [FI_PCIE_COUNT_TX_BYTES]),
+            n,
+        ),
+        "FieldValues[198] (RX alone)": (
+            lambda: n_.nvmlDeviceGetFieldValues(handle, [FI_PCIE_COUNT_RX_BYTES]),
+            n,
+        ),
+        "FieldValues[energy 191]": (
+            lambda: n_.nvmlDeviceGetFieldValues(handle, [FI_ENERGY]),
+            30,
+        ),
         "PcieThroughput(TX) naive": (
             lambda: n_.nvmlDeviceGetPcieThroughput(handle, n_.NVML_PCIE_UTIL_TX_BYTES),
             5,
@@ -137,7 +160,29 @@ def per_call_costs(handle, n: int) -> dict:
             5,
         ),
     }
-    return {name: time_call(call, count) for name, (call, count) in calls.items()}
+    costs = {name: time_call(call, count) for name, (call, count) in calls.items()}
+    pcie = calls["FieldValues[197,198] (PCIe counters)"][0]
+    costs["FieldValues[197,198] 50 ms apart"] = time_call(pcie, max(5, n // 8), 0.05)
+    costs.update(gpm_costs(handle, n))
+    return costs
+
+
+def gpm_costs(handle, n: int) -> dict:
+    """GPM sample and metric query, where the GPU has GPM (Hopper and newer)."""
+    try:
+        if not pynvml.nvmlGpmQueryDeviceSupport(handle).isSupportedDevice:
+            return {"GpmSampleGet": {"error": "GPM not supported on this GPU"}}
+        sample = pynvml.nvmlGpmSampleAlloc()
+    except pynvml.NVMLError as exc:
+        return {"GpmSampleGet": {"error": str(exc)}}
+    try:
+        get = lambda: pynvml.nvmlGpmSampleGet(handle, sample)  # noqa: E731
+        return {
+            "GpmSampleGet": time_call(get, n),
+            "GpmSampleGet 1 s apart": time_call(get, max(3, n // 60), 1.0),
+        }
+    finally:
+        pynvml.nvmlGpmSampleFree(sample)
 
 
 def per_call_costs_gpu0(n: int) -> dict:
@@ -172,65 +217,137 @@ def sampler_costs(n: int) -> dict:
             sample = time_call(lambda i=i: source.read_sample(i), n)
             pcie = time_call(lambda i=i: source.read_pcie_bytes(i), n)
             energy = time_call(lambda i=i: source.read_energy_mj(i), min(n, 50))
-
-            result[str(i)] = {
-                # read_sample includes the PCIe counters (one batched field read): it is the
-                # whole per-sample cost; read_pcie is the fast loop's read.
+            figures = {
+                # read_sample includes the PCIe counters (one batched field read) where the
+                # GPU has no GPM: it is the whole per-sample cost; read_pcie is the fast
+                # loop's read, read_gpm the GPM reading that replaces it.
                 "whole_sample": sample,
                 "read_pcie": pcie,
                 "read_energy": energy,
             }
+            if source.has_gpm_pcie(i):
+                figures["read_gpm"] = time_call(lambda i=i: source.read_gpm_pcie(i), n)
+            result[str(i)] = figures
     finally:
         source.close()
     return result
 
 
-def sampler_cpu(seconds: float, period: float, pcie_period: float) -> dict:
-    """CPU the running sampler (both loops) takes, as a share of one core."""
-    sampler = Sampler(period_s=period, pcie_period_s=pcie_period).start()
+def threads_cpu_s(threads) -> float:
+    """CPU seconds the given (running) threads have used, NVML's busy waits included."""
+    return sum(time.clock_gettime(time.pthread_getcpuclockid(t.ident)) for t in threads)
+
+
+class CpuMeter:
+    """The sampler's own CPU share over a stretch (its threads alone: a load generator in
+    the same process does not count), and the counter reads made in it."""
+
+    def __init__(self, sampler: Sampler):
+        self.sampler = sampler
+        self.cpu0 = threads_cpu_s(sampler.threads)
+        self.process0 = time.process_time()
+        self.t0 = time.monotonic()
+        self.reads0 = [r["reads"] for r in sampler.pcie_counter_stats()]
+
+    def result(self) -> dict:
+        wall = time.monotonic() - self.t0
+        cpu = threads_cpu_s(self.sampler.threads) - self.cpu0
+        stats = self.sampler.pcie_counter_stats()
+        gpus = max(1, len(stats))
+        return {
+            "seconds": wall,
+            "sampler_cpu_share_of_one_core": cpu / wall,
+            "sampler_cpu_share_per_gpu": cpu / wall / gpus,
+            "process_cpu_share_of_one_core": (time.process_time() - self.process0) / wall,
+            "pcie_reads_per_s": [
+                (r["reads"] - before) / wall for r, before in zip(stats, self.reads0, strict=False)
+            ],
+            "counter_reads": stats,
+        }
+
+
+def sampler_cpu(seconds: float, period: float, pcie_period: float, use_gpm: bool) -> dict:
+    """CPU the running sampler (both loops) takes on idle GPUs, as a share of one core."""
+    source = PynvmlSource(use_gpm=use_gpm)
+    sampler = Sampler(source, period_s=period, pcie_period_s=pcie_period).start()
     try:
         sampler.wait_for_sample(5)
-        c0, t0 = time.process_time(), time.monotonic()
+        meter = CpuMeter(sampler)
         time.sleep(seconds)
-        cpu, wall = time.process_time() - c0, time.monotonic() - t0
-        reads = sampler.pcie_counter_stats()
+        result = meter.result()
     finally:
         sampler.stop()
+    return {"period_s": period, "pcie_period_s": pcie_period, "use_gpm": use_gpm, **result}
+
+
+def pcie_read_schedule_gpu0(pcie_period: float) -> dict:
+    """The PCIe read periods GPU 0's link gets: quiet, and at its top rate."""
+    source = PynvmlSource()
+    gpu = source.open()[0]
+    source.close()
+    max_rate = pcie_max_counter_rate(gpu.max_pcie_generation, gpu.max_pcie_width)
     return {
-        "seconds": wall,
-        "period_s": period,
-        "pcie_period_s": pcie_period,
-        "cpu_share_of_one_core": cpu / wall,
-        "counter_reads": reads,
+        "max_pcie_generation": gpu.max_pcie_generation,
+        "max_pcie_width": gpu.max_pcie_width,
+        "top_counter_rate_bytes_per_s": max_rate,
+        "wrap_period_at_top_rate_s": pcie_wrap_period_s(max_rate),
+        "quiet_period_s": pcie_read_period_s(max_rate, 0.0, pcie_period),
+        "period_at_top_rate_s": pcie_read_period_s(max_rate, max_rate, pcie_period),
     }
 
 
-def pcie_accuracy(torch, devices: list[int], copy_gib: int, chunk_gib: int, period: float):
+def pcie_load(
+    torch,
+    devices: list[int],
+    copy_gib: int,
+    chunk_gib: int,
+    period: float,
+    idle_s: float,
+    use_gpm: bool,
+):
+    """The sampler's CPU and counting under full PCIe load: pinned copies one way at a
+    time (counted/payload per direction), then both ways at once (CPU only: read requests
+    for the host-to-device copies cross in the other direction). The sampler starts on
+    idle GPUs, so the first copy is a jump from quiet to the link's top rate."""
     chunk = chunk_gib * GIB
     repeats = max(1, copy_gib // chunk_gib)
     hosts = [torch.empty(chunk, dtype=torch.uint8, pin_memory=True) for _ in devices]
     devs = [torch.empty(chunk, dtype=torch.uint8, device=f"cuda:{d}") for d in devices]
+    back = [torch.empty(chunk, dtype=torch.uint8, pin_memory=True) for _ in devices]
     for host in hosts:
         host.fill_(1)
     for host, dev in zip(hosts, devs, strict=True):  # warm-up, outside the windows
         dev[: 64 * 2**20].copy_(host[: 64 * 2**20])
         host[: 64 * 2**20].copy_(dev[: 64 * 2**20])
     sync_all(torch, devices)
-    result = {"chunk_bytes": chunk, "repeats": repeats, "pcie_period_s": period}
-    sampler = Sampler(period_s=0.5, pcie_period_s=period).start()
+    streams = [torch.cuda.Stream(device=d) for d in devices]
+    result = {"chunk_bytes": chunk, "repeats": repeats, "pcie_period_s": period, "use_gpm": use_gpm}
+
+    def both_ways(h, d, b, stream):
+        d.copy_(h, non_blocking=True)
+        with torch.cuda.stream(stream):
+            b.copy_(d, non_blocking=True)
+
+    sampler = Sampler(PynvmlSource(use_gpm=use_gpm), period_s=1.0, pcie_period_s=period)
+    sampler.start()
     try:
+        sampler.wait_for_sample(5)
+        time.sleep(idle_s)  # quiet first: the copies below start from the quiet period
         for direction, copy in (
-            ("host_to_device", lambda h, d: d.copy_(h, non_blocking=True)),
-            ("device_to_host", lambda h, d: h.copy_(d, non_blocking=True)),
+            ("host_to_device", lambda h, d, b, s: d.copy_(h, non_blocking=True)),
+            ("device_to_host", lambda h, d, b, s: h.copy_(d, non_blocking=True)),
+            ("both_ways", both_ways),
         ):
+            meter = CpuMeter(sampler)
             window = sampler.open_window(direction)
             t0 = time.perf_counter()
             for _ in range(repeats):
-                for host, dev in zip(hosts, devs, strict=True):
-                    copy(host, dev)
+                for host, dev, out, stream in zip(hosts, devs, back, streams, strict=True):
+                    copy(host, dev, out, stream)
                 sync_all(torch, devices)
             elapsed = time.perf_counter() - t0
             stats = sampler.close_window(window)
+            cpu = meter.result()
             payload = chunk * repeats
             per_gpu = []
             for g in stats.gpus:
@@ -248,11 +365,11 @@ def pcie_accuracy(torch, devices: list[int], copy_gib: int, chunk_gib: int, peri
                         "payload_gb_per_s": payload / elapsed / 1e9,
                     }
                 )
-            result[direction] = {"seconds": elapsed, "gpus": per_gpu}
+            result[direction] = {"seconds": elapsed, "gpus": per_gpu, "cpu": cpu}
         result["counter_reads"] = sampler.pcie_counter_stats()
     finally:
         sampler.stop()
-        del hosts, devs
+        del hosts, devs, back
         torch.cuda.empty_cache()
     return result
 
@@ -364,6 +481,41 @@ def fmt_us(stat: dict) -> str:
     )
 
 
+def report_load(name: str, acc: dict | None) -> None:
+    if not acc or "error" in acc:
+        return
+    source = "GPM where the GPU has it" if acc["use_gpm"] else "32-bit counters"
+    print(f"\nPCIe under load, {source} ({name}):")
+    for direction in ("host_to_device", "device_to_host", "both_ways"):
+        print(f"  {direction}: {fmt_cpu(acc[direction]['cpu'])}")
+        for g in acc[direction]["gpus"]:
+            ratio = g["counted_over_payload"]
+            print(
+                f"  GPU {g['gpu']} {direction:15s} payload {g['payload_bytes'] / GIB:6.1f} GiB"
+                f"  counted {(g['counted_bytes'] or 0) / GIB:6.1f} GiB  ratio "
+                f"{ratio if ratio is None else round(ratio, 4)}  "
+                f"{g['payload_gb_per_s']:.1f} GB/s  possible lost wraps "
+                f"{g['gaps_possible_lost_wrap']}"
+            )
+    for r in acc["counter_reads"]:
+        print(
+            f"  GPU {r['gpu']} ({r['source']}): {r['reads']} reads, longest interval "
+            f"{r['max_read_interval_s'] * 1000:.1f} ms, wrap period at link max "
+            f"{r['wrap_period_s'] * 1000:.1f} ms, periods chosen "
+            f"{(r['shortest_period_s'] or 0) * 1000:.1f}-"
+            f"{(r['longest_period_s'] or 0) * 1000:.1f} ms"
+        )
+
+
+def fmt_cpu(cpu: dict) -> str:
+    reads = ", ".join(f"{r:.1f}" for r in cpu["pcie_reads_per_s"])
+    return (
+        f"{cpu['sampler_cpu_share_per_gpu'] * 100:.2f}% of one core per GPU "
+        f"({cpu['sampler_cpu_share_of_one_core'] * 100:.2f}% in all, over "
+        f"{cpu['seconds']:.1f} s; PCIe reads/s per GPU: {reads})"
+    )
+
+
 def report(result: dict) -> None:
     try:
         _report(result)
@@ -386,32 +538,23 @@ def _report(result: dict) -> None:
             print(f"  GPU {gpu} {name:14s} {fmt_us(stat)}")
     naive = result.get("naive_sample_cost_us")
     print(f"  naive sample (whole sample + PcieThroughput TX + RX), GPU 0: ~{naive} us")
-    cpu = result.get("sampler_cpu")
-    if cpu and "error" not in cpu:
+    schedule = result.get("pcie_read_schedule")
+    if schedule and "error" not in schedule:
         print(
-            f"  running sampler (period {cpu['period_s']} s, PCIe every "
-            f"{cpu['pcie_period_s'] * 1000:.0f} ms): {cpu['cpu_share_of_one_core'] * 100:.1f}% "
-            f"of one core for {result['environment']['gpu_count']} GPU(s)"
+            f"  PCIe reads (GPU 0's link): every {schedule['quiet_period_s'] * 1000:.1f} ms "
+            f"quiet, {schedule['period_at_top_rate_s'] * 1000:.1f} ms at the top rate; wrap "
+            f"at the top rate {schedule['wrap_period_at_top_rate_s'] * 1000:.1f} ms"
         )
-    acc = result.get("pcie_accuracy")
-    if acc:
-        print(f"\nPCIe accuracy (fast loop every {acc['pcie_period_s'] * 1000:.0f} ms):")
-        for direction in ("host_to_device", "device_to_host"):
-            for g in acc[direction]["gpus"]:
-                ratio = g["counted_over_payload"]
-                print(
-                    f"  GPU {g['gpu']} {direction:15s} payload {g['payload_bytes'] / GIB:6.1f} GiB"
-                    f"  counted {(g['counted_bytes'] or 0) / GIB:6.1f} GiB  ratio "
-                    f"{ratio if ratio is None else round(ratio, 4)}  "
-                    f"{g['payload_gb_per_s']:.1f} GB/s  possible lost wraps "
-                    f"{g['gaps_possible_lost_wrap']}"
-                )
-        for r in acc["counter_reads"]:
-            print(
-                f"  GPU {r['gpu']}: {r['reads']} reads, longest interval "
-                f"{r['max_read_interval_s'] * 1000:.1f} ms, wrap period at link max "
-                f"{r['wrap_period_s'] * 1000:.1f} ms"
-            )
+    for name, what in (
+        ("sampler_cpu", "running sampler, idle GPUs, GPM where the GPU has it"),
+        ("sampler_cpu_counters", "running sampler, idle GPUs, 32-bit counters"),
+        ("sampler_cpu_slow_loop_only", "slow loop alone (counter reads every 30 s)"),
+    ):
+        cpu = result.get(name)
+        if cpu and "error" not in cpu:
+            print(f"  {what} (period {cpu['period_s']} s): {fmt_cpu(cpu)}")
+    for name in ("pcie_load", "pcie_load_counters"):
+        report_load(name, result.get(name))
     power = result.get("matmul_power")
     if power:
         print(
@@ -446,17 +589,22 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path("results/telemetry-bench.json"))
     parser.add_argument("--samples", type=int, default=300, help="reads per cost figure")
-    parser.add_argument("--copy-gib", type=int, default=32, help="payload per direction per GPU")
+    parser.add_argument(
+        "--copy-gib", type=int, default=256, help="payload per direction per GPU (~5 s at Gen5)"
+    )
     parser.add_argument("--chunk-gib", type=int, default=4)
-    parser.add_argument("--pcie-period", type=float, default=0.02)
-    parser.add_argument("--matmul-seconds", type=float, default=25.0)
+    parser.add_argument(
+        "--pcie-period", type=float, default=0.02, help="shortest PCIe read period (s)"
+    )
+    parser.add_argument("--sampler-seconds", type=float, default=10.0, help="idle CPU figures")
+    parser.add_argument("--matmul-seconds", type=float, default=25.0, help="0: no power phase")
     parser.add_argument("--matmul-size", type=int, default=8192)
     parser.add_argument("--skip-torch", action="store_true", help="cost figures only")
     parser.add_argument(
         "--short", action="store_true", help="cost figures only, 5 reads each, 1 s of sampler"
     )
     args = parser.parse_args(argv)
-    sampler_seconds = 5.0
+    sampler_seconds = args.sampler_seconds
     if args.short:
         args.skip_torch, args.samples, sampler_seconds = True, 5, 1.0
     try:
@@ -475,16 +623,24 @@ def main(argv=None) -> int:
         result["environment"]["torch"] = torch.__version__
     phases = [("per_call_cost_gpu0", lambda: per_call_costs_gpu0(args.samples))]
     phases.append(("sampler_cost", lambda: sampler_costs(args.samples)))
-    phases.append(("sampler_cpu", lambda: sampler_cpu(sampler_seconds, 1.0, args.pcie_period)))
-    if torch:
-        phases.append(
-            (
-                "pcie_accuracy",
-                lambda: pcie_accuracy(
-                    torch, devices, args.copy_gib, args.chunk_gib, args.pcie_period
-                ),
+    phases.append(("pcie_read_schedule", lambda: pcie_read_schedule_gpu0(args.pcie_period)))
+    for name, floor, use_gpm in (
+        ("sampler_cpu", args.pcie_period, True),
+        ("sampler_cpu_counters", args.pcie_period, False),
+        ("sampler_cpu_slow_loop_only", 30.0, False),
+    ):
+        phases.append((name, lambda f=floor, g=use_gpm: sampler_cpu(sampler_seconds, 1.0, f, g)))
+    for name, use_gpm in (("pcie_load", True), ("pcie_load_counters", False)):
+        if torch:
+            phases.append(
+                (
+                    name,
+                    lambda g=use_gpm: pcie_load(
+                        torch, devices, args.copy_gib, args.chunk_gib, args.pcie_period, 2.0, g
+                    ),
+                )
             )
-        )
+    if torch and args.matmul_seconds > 0:
         phases.append(
             (
                 "matmul_power",

@@ -208,7 +208,9 @@ class ServiceSection(Section):
 class TelemetrySection(Section):
     enabled: bool = True
     period_s: Annotated[float, Field(ge=0.05, le=60)] = 1.0
-    # PCIe counters are 32-bit and wrap every ~75 ms at PCIe 5 x16 speed.
+    # The shortest interval between reads of the 32-bit PCIe counters (on GPUs without GPM):
+    # the sampler reads them less often while traffic is low, never later than 80 % of
+    # their wrap time (~68 ms at PCIe 5 x16), docs/performance-telemetry.md.
     pcie_period_s: Annotated[float, Field(ge=0.001, le=0.05)] = 0.02
 
 

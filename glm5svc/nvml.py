@@ -4,6 +4,12 @@ Everything that reads the GPUs goes through here: the launch plan's and prefligh
 facts (glm5svc.gpus), preflight's GPU holders, and the telemetry sampler. One error type
 (`NvmlUnavailable`, saying why), one text helper. Tests pass `PynvmlSource` the fake module
 testkit.fake_pynvml, or substitute a whole `NvmlSource` fed with recorded counters.
+
+PCIe traffic comes one of two ways. Where the GPU has GPM (GPU Performance Monitoring,
+Hopper and newer), one GPM sample per read gives the average TX/RX rate since the previous
+one, over any interval: ~0.2-0.3 ms of CPU on an H200. Elsewhere, the 32-bit byte counters
+(fields 197/198, ~0.8 ms a read) must be read before they can wrap, ~18 times a second at
+PCIe 5 x16 (docs/performance-telemetry.md).
 """
 
 from __future__ import annotations
@@ -29,6 +35,13 @@ SAMPLE_FIELDS = (
     FI_PCIE_COUNT_RX_BYTES,
 )
 PCIE_FIELDS = (FI_PCIE_COUNT_TX_BYTES, FI_PCIE_COUNT_RX_BYTES)
+# Where GPM gives the PCIe rates, the sample batch leaves the counters out.
+SAMPLE_FIELDS_WITHOUT_PCIE = tuple(f for f in SAMPLE_FIELDS if f not in PCIE_FIELDS)
+
+# nvmlGpmMetricId_t (nvml.h): PCIe traffic from / to the GPU, in MiB/s between two samples.
+GPM_METRIC_PCIE_TX_PER_SEC = 20
+GPM_METRIC_PCIE_RX_PER_SEC = 21
+MIB = 2**20
 
 
 class NvmlUnavailable(Exception):
@@ -89,6 +102,13 @@ class NvmlSource(Protocol):
     def read_pcie_bytes(self, index: int) -> tuple[int | None, int | None]:
         """Raw (tx, rx) 32-bit counter values."""
 
+    def has_gpm_pcie(self, index: int) -> bool:
+        """True when read_gpm_pcie works for this GPU (then its counters are not read)."""
+
+    def read_gpm_pcie(self, index: int) -> tuple[float, float] | None:
+        """Average (tx, rx) bytes/s since the previous call; None on the first call. Raises
+        when it cannot tell; the next call then covers both intervals."""
+
 
 def text(value: Any) -> str:
     """NVML strings are bytes in older bindings, str in newer ones."""
@@ -116,10 +136,13 @@ def field_value(entry: Any) -> int | float | None:
 class PynvmlSource:
     """NvmlSource over nvidia-ml-py (module `pynvml`)."""
 
-    def __init__(self, module: Any = None):
+    def __init__(self, module: Any = None, use_gpm: bool = True):
         self._nvml = module
         self._handles: list[Any] = []
         self._initialised = False
+        self._use_gpm = use_gpm
+        self._gpm: list[list[Any] | None] = []  # per GPU: two GPM sample buffers, or None
+        self._gpm_previous: list[int | None] = []  # which buffer holds the previous sample
 
     def open(self) -> list[GpuIdentity]:
         nvml = self._nvml
@@ -139,6 +162,8 @@ class PynvmlSource:
             count = nvml.nvmlDeviceGetCount()
             self._handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
             gpus = [self._identity(i, h) for i, h in enumerate(self._handles)]
+            self._gpm = [self._gpm_buffers(h) for h in self._handles]
+            self._gpm_previous = [None] * len(self._handles)
         except nvml.NVMLError as exc:
             self.close()
             raise NvmlUnavailable(f"NVML could not list the GPUs: {exc}") from None
@@ -148,6 +173,13 @@ class PynvmlSource:
         return gpus
 
     def close(self) -> None:
+        for buffers in self._gpm:
+            for sample in buffers or ():
+                try:
+                    self._nvml.nvmlGpmSampleFree(sample)
+                except self._nvml.NVMLError:
+                    pass
+        self._gpm, self._gpm_previous = [], []
         if self._initialised:
             self._initialised = False
             try:
@@ -208,6 +240,47 @@ class PynvmlSource:
             errors[name] = str(exc)
             return None
 
+    def _gpm_buffers(self, handle: Any) -> list[Any] | None:
+        """Two GPM sample buffers when the GPU supports GPM, else None (older bindings too)."""
+        nvml = self._nvml
+        if not self._use_gpm or not hasattr(nvml, "nvmlGpmQueryDeviceSupport"):
+            return None
+        try:
+            if not nvml.nvmlGpmQueryDeviceSupport(handle).isSupportedDevice:
+                return None
+            return [nvml.nvmlGpmSampleAlloc(), nvml.nvmlGpmSampleAlloc()]
+        except nvml.NVMLError:
+            return None
+
+    def has_gpm_pcie(self, index: int) -> bool:
+        return self._gpm[index] is not None
+
+    def read_gpm_pcie(self, index: int) -> tuple[float, float] | None:
+        nvml, buffers = self._nvml, self._gpm[index]
+        previous = self._gpm_previous[index]
+        current = 1 if previous == 0 else 0
+        nvml.nvmlGpmSampleGet(self._handles[index], buffers[current])
+        if previous is None:
+            self._gpm_previous[index] = current
+            return None
+        query = nvml.c_nvmlGpmMetricsGet_t()
+        query.version = nvml.NVML_GPM_METRICS_GET_VERSION
+        query.numMetrics = 2
+        query.sample1, query.sample2 = buffers[previous], buffers[current]
+        query.metrics[0].metricId = GPM_METRIC_PCIE_TX_PER_SEC
+        query.metrics[1].metricId = GPM_METRIC_PCIE_RX_PER_SEC
+        nvml.nvmlGpmMetricsGet(query)
+        tx, rx = query.metrics[0], query.metrics[1]
+        if tx.nvmlReturn != 0 or rx.nvmlReturn != 0:
+            raise NvmlUnavailable(
+                f"GPU {index}: GPM PCIe rates not given (NVML return {tx.nvmlReturn}/"
+                f"{rx.nvmlReturn})"
+            )
+        # Only now is the new sample the baseline: a failed query leaves the older one,
+        # so the next rate spans the whole interval the caller is timing.
+        self._gpm_previous[index] = current
+        return tx.value * MIB, rx.value * MIB
+
     def read_sample(self, index: int) -> RawSample:
         nvml, handle = self._nvml, self._handles[index]
         s = RawSample()
@@ -217,9 +290,12 @@ class PynvmlSource:
         s.power_w = milliwatts / 1000 if milliwatts is not None else None
         limit = opt("power_limit", nvml.nvmlDeviceGetEnforcedPowerLimit, e, handle)
         s.power_limit_w = limit / 1000 if limit is not None else None
-        fields = opt("fields", nvml.nvmlDeviceGetFieldValues, e, handle, list(SAMPLE_FIELDS))
+        wanted = SAMPLE_FIELDS_WITHOUT_PCIE if self.has_gpm_pcie(index) else SAMPLE_FIELDS
+        fields = opt("fields", nvml.nvmlDeviceGetFieldValues, e, handle, list(wanted))
         if fields is not None:
-            instant, replay, tx, rx = (field_value(f) for f in fields)
+            values = dict(zip(wanted, (field_value(f) for f in fields), strict=True))
+            instant, replay = values[FI_POWER_INSTANT], values[FI_PCIE_REPLAY_COUNTER]
+            tx, rx = values.get(FI_PCIE_COUNT_TX_BYTES), values.get(FI_PCIE_COUNT_RX_BYTES)
             s.power_instant_w = instant / 1000 if instant is not None else None
             s.pcie_replay_count = int(replay) if replay is not None else None
             s.pcie_tx_raw = int(tx) if tx is not None else None

@@ -8,7 +8,8 @@ engine. What lives here:
 - `engine.py`: start the test engine on a free port and wait for it (`start_engine`);
 - `tiny_tokenizer.py`: a script that writes a word-level tokenizer for the stand-in model;
 - `bench_venv.py`: the venv with the real sglang 0.5.9 `bench_serving` (built under .cache/);
-- `fake_pynvml.py`: a `pynvml` stand-in with scripted devices and the real error classes;
+- `fake_pynvml.py`: a `pynvml` stand-in with scripted devices and the real error classes,
+  and `PcieTraffic`, PCIe bytes at scripted rates behind wrapping counters or GPM;
 - `fake_gpus.py`: `SteadyGpus`, a time-driven `NvmlSource` for the telemetry sampler;
 - `torchvision_stand_in/`: the import-only torchvision the sglang parser venv gets.
 """

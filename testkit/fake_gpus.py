@@ -51,6 +51,12 @@ class SteadyGpus:
     def read_energy_mj(self, index: int) -> int:
         return int(self._elapsed() * self.watts * 1000)
 
+    def has_gpm_pcie(self, index: int) -> bool:
+        return False  # the 32-bit counters below, as on a GPU without GPM
+
+    def read_gpm_pcie(self, index: int) -> None:
+        raise NotImplementedError("SteadyGpus has no GPM")
+
     def read_pcie_bytes(self, index: int) -> tuple[int, int]:
         t = self._elapsed()
         return int(t * self.tx_per_s) % MODULUS, int(t * self.rx_per_s) % MODULUS

@@ -1,4 +1,5 @@
-"""Pure decoding of NVML readings: clock-event reason bits, PCIe counter wrap correction."""
+"""Pure decoding of NVML readings: clock-event reason bits, PCIe counter wrap correction and
+the period at which the PCIe counters must be read so that no wrap goes unseen."""
 
 from __future__ import annotations
 
@@ -22,10 +23,18 @@ THERMAL_REASON_BITS = 0x0020 | 0x0040
 # The PCIe byte counters (NVML fields 197/198) are 32-bit.
 PCIE_COUNTER_MODULUS = 2**32
 
-# Usable bytes/s per lane and direction for each PCIe generation (after line encoding).
+# Bytes/s per lane and direction for each PCIe generation after line encoding: the most
+# the link carries. The counters count what crosses the link, packet headers and framing
+# included (1.08-1.09x the payload on an H200, docs/performance-telemetry.md), so they
+# cannot advance faster than this; the top rate measured there was 0.95x of it.
 _LANE_BYTES_PER_S = {1: 250e6, 2: 500e6, 3: 984.6e6, 4: 1969.2e6, 5: 3938.5e6, 6: 7877e6}
-# The counters include protocol overhead (measured ~1.08-1.09x payload): allow for it.
-_COUNTER_OVERHEAD = 1.15
+
+# The PCIe read period, as a share of the time the counter takes to wrap. Quiet: a share of
+# the shortest wrap (the rate can jump to the link's top at any moment), the rest is slack
+# for a read that comes late. Busy: a share of the wrap time at the rate just observed,
+# which leaves more slack when a late read would really lose a wrap.
+PCIE_QUIET_SHARE = 0.8
+PCIE_BUSY_SHARE = 0.6
 
 
 def decode_clock_event_reasons(mask: int) -> list[str]:
@@ -55,12 +64,25 @@ def pcie_max_counter_rate(generation: int | None, width: int | None) -> float:
     lane = _LANE_BYTES_PER_S.get(generation or 0, _LANE_BYTES_PER_S[6])
     if generation and generation > 6:
         lane = _LANE_BYTES_PER_S[6] * 2 ** (generation - 6)
-    return lane * (width or 16) * _COUNTER_OVERHEAD
+    return lane * (width or 16)
 
 
 def pcie_wrap_period_s(max_rate: float) -> float:
     """Shortest time in which a 32-bit counter can wrap at the link's top rate."""
     return PCIE_COUNTER_MODULUS / max_rate
+
+
+def pcie_read_period_s(max_rate: float, observed_rate: float, shortest_s: float) -> float:
+    """Seconds until the next read of a counter last seen advancing at `observed_rate`.
+
+    Never longer than PCIE_QUIET_SHARE of the shortest wrap, so a jump to the link's top
+    rate just after a read is still caught; shorter, down to `shortest_s`, only when the
+    traffic seen is high enough that PCIE_BUSY_SHARE of its own wrap time is less.
+    """
+    period = PCIE_QUIET_SHARE * pcie_wrap_period_s(max_rate)
+    if observed_rate > 0:
+        period = min(period, PCIE_BUSY_SHARE * PCIE_COUNTER_MODULUS / observed_rate)
+    return max(shortest_s, period)
 
 
 @dataclass
@@ -70,6 +92,8 @@ class PcieCounter:
     A single wrap between reads is corrected by modular arithmetic. Two or more wraps look
     exactly like one, so an interval long enough for the counter to wrap once at the link's
     top rate is counted in `gaps`: its bytes are a lower bound (a wrap may be lost).
+    Where GPM gives the average rate since the last reading instead, `add_rate` folds it in:
+    no wrap, so no interval is too long.
     """
 
     max_rate: float
@@ -79,6 +103,7 @@ class PcieCounter:
     max_interval_s: float = 0.0
     last_raw: int | None = None
     last_t: float | None = None
+    rate: float = 0.0  # bytes/s over the last interval
 
     def update(self, raw: int, t: float) -> int:
         """Feed one reading taken at monotonic time t; return the bytes added."""
@@ -92,8 +117,24 @@ class PcieCounter:
         if interval >= pcie_wrap_period_s(self.max_rate):
             self.gaps += 1
         self.total += delta
+        if interval > 0:
+            self.rate = delta / interval
         self.last_raw, self.last_t = raw, t
         return delta
+
+    def add_rate(self, rate: float, t: float) -> int:
+        """Feed the average rate (bytes/s) since the last reading, taken at time t."""
+        self.reads += 1
+        if self.last_t is None:
+            self.last_t = t
+            return 0
+        interval = t - self.last_t
+        self.max_interval_s = max(self.max_interval_s, interval)
+        self.last_t = t
+        added = round(rate * max(0.0, interval))
+        self.total += added
+        self.rate = rate
+        return added
 
     @property
     def wrap_period_s(self) -> float:

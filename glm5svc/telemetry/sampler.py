@@ -1,7 +1,13 @@
 """The process's GPU sampler: background NVML reads, a snapshot for scrapes, and windows.
 
 Two threads: the slow loop reads every GPU once per `period_s`; the fast loop reads only
-the 32-bit PCIe byte counters every `pcie_period_s`, often enough that none wraps unseen.
+the 32-bit PCIe byte counters, each GPU's when its read falls due: at a period chosen from
+the rate it last saw and the counter's wrap time (decoding.pcie_read_period_s), short only
+when the traffic is high, never so long that a jump to the link's top rate wraps unseen.
+`pcie_period_s` is the shortest period. Any read of the counters (the slow sample's field
+batch, a window's edge) counts, so the fast loop does not repeat it. A GPU with GPM has no
+wrap to race: its PCIe rates are read once per slow sample and at window edges, and the
+fast loop leaves it alone (it does not run at all when every GPU has GPM).
 Nothing that reads the snapshot (a metrics scrape, the terminal view) calls NVML.
 The snapshot types are in telemetry/snapshot.py, the windows' accumulators in
 telemetry/windows.py, their figures in telemetry/window_stats.py.
@@ -21,6 +27,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -31,6 +38,7 @@ from glm5svc.telemetry.decoding import (
     PcieCounter,
     decode_clock_event_reasons,
     pcie_max_counter_rate,
+    pcie_read_period_s,
 )
 from glm5svc.telemetry.snapshot import GpuSnapshot, Snapshot
 from glm5svc.telemetry.window_stats import WindowStats
@@ -41,6 +49,8 @@ log = logging.getLogger(__name__)
 DEFAULT_PERIOD_S = 1.0
 DEFAULT_PCIE_PERIOD_S = 0.02
 DEFAULT_RETRY_S = 30.0
+# GPUs falling due this close together are read in one wake-up.
+PCIE_COALESCE_S = 0.002
 
 
 @dataclass
@@ -53,6 +63,16 @@ class _GpuState:
     last_sample_t: float | None = None
     rate_base: tuple[float, int, int] | None = None  # (t, tx total, rx total) at last sample
     pcie_errors: int = 0
+    gpm: bool = False  # PCIe rates from GPM, not the 32-bit counters
+    pcie_read_t: float | None = None  # the last attempt to read the counters
+    pcie_periods: tuple[float, float] | None = None  # (shortest, longest) period chosen
+
+    def pcie_period(self, shortest_s: float) -> float:
+        rate = max(self.tx.rate, self.rx.rate)
+        period = pcie_read_period_s(self.tx.max_rate, rate, shortest_s)
+        low, high = self.pcie_periods or (period, period)
+        self.pcie_periods = (min(low, period), max(high, period))
+        return period
 
     def update_energy(self, raw_mj: int | None) -> float | None:
         """Accumulate the energy counter; a counter that goes back (driver reload) rebases."""
@@ -123,7 +143,9 @@ class Sampler:
                 return False
             self._driver = self._source.driver_version()
             self._started_at = self._wall()
-            self._states = [_new_state(gpu) for gpu in gpus]
+            self._states = [
+                _new_state(gpu, self._source.has_gpm_pcie(i)) for i, gpu in enumerate(gpus)
+            ]
         self.poll_pcie_now()
         return True
 
@@ -139,6 +161,10 @@ class Sampler:
         if opened:
             self._start_fast_loop()
         return self
+
+    @property
+    def _needs_fast_loop(self) -> bool:
+        return any(not state.gpm for state in self._states)
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stop.set()
@@ -162,6 +188,11 @@ class Sampler:
         return bool(self._states)
 
     @property
+    def threads(self) -> tuple[threading.Thread, ...]:
+        """The running loops (for measuring their CPU time)."""
+        return tuple(self._threads)
+
+    @property
     def gpus(self) -> list[GpuIdentity]:
         return [state.identity for state in self._states]
 
@@ -174,9 +205,12 @@ class Sampler:
                     "reads": state.tx.reads,
                     "max_read_interval_s": max(state.tx.max_interval_s, state.rx.max_interval_s),
                     "wrap_period_s": state.tx.wrap_period_s,
+                    "source": "gpm" if state.gpm else "counters",
                     "tx_gaps": state.tx.gaps,
                     "rx_gaps": state.rx.gaps,
                     "read_errors": state.pcie_errors,
+                    "shortest_period_s": state.pcie_periods[0] if state.pcie_periods else None,
+                    "longest_period_s": state.pcie_periods[1] if state.pcie_periods else None,
                 }
                 for state in self._states
             ]
@@ -191,6 +225,8 @@ class Sampler:
         return self._sampled.wait(timeout) and self.available
 
     def _start_fast_loop(self) -> None:
+        if self._fast_thread is not None or not self._needs_fast_loop:
+            return
         fast = threading.Thread(target=self._fast_loop, name="glm5-telemetry-pcie", daemon=True)
         self._fast_thread = fast
         self._threads.append(fast)
@@ -203,7 +239,7 @@ class Sampler:
                 # No NVML: sleep, then try once more (the driver may load later); no spin.
                 if self._stop.wait(self.retry_s):
                     return
-                if self.open() and self._fast_thread is None:
+                if self.open():
                     self._start_fast_loop()
                 next_at = self._clock()
                 continue
@@ -219,34 +255,83 @@ class Sampler:
 
     def _fast_loop(self) -> None:
         while not self._stop.is_set():
-            started = self._clock()
             try:
-                self.poll_pcie_now()
+                wait = self.poll_pcie_if_due()
             except Exception:
                 log.exception("PCIe counter read failed")
-            self._stop.wait(max(0.0, self.pcie_period_s - (self._clock() - started)))
+                wait = self.pcie_period_s
+            self._stop.wait(wait)
 
     # -- reading ---------------------------------------------------------------------------
+
+    def poll_pcie_if_due(self) -> float:
+        """Read the PCIe counters of the GPUs whose read is due; seconds until the next is."""
+        with self._pcie_lock:
+            now = self._clock()
+            due = [
+                index
+                for index, state in enumerate(self._states)
+                if self._pcie_due_at(state) <= now + PCIE_COALESCE_S
+            ]
+            if due:
+                self._poll_pcie(due)
+            next_at = min((self._pcie_due_at(state) for state in self._states), default=math.inf)
+            if next_at == math.inf:  # no GPU needs the fast loop (yet): look again later
+                return self.period_s
+            return max(0.0, next_at - self._clock())
 
     def poll_pcie_now(self) -> None:
         """Read every GPU's PCIe byte counters once and fold them into the totals."""
         with self._pcie_lock:
-            for index, state in enumerate(self._states):
-                try:
-                    tx, rx = self._source.read_pcie_bytes(index)
-                except Exception as exc:  # noqa: BLE001 - a failing GPU must not stop the rest
-                    state.pcie_errors += 1
-                    if state.pcie_errors == 1:
-                        log.warning("GPU %d: PCIe counters unreadable: %s", index, exc)
-                    continue
-                self._fold_pcie(state, tx, rx)
+            self._poll_pcie(range(len(self._states)))
 
-    def _fold_pcie(self, state: _GpuState, tx: int | None, rx: int | None) -> None:
+    def _pcie_due_at(self, state: _GpuState) -> float:
+        if state.gpm:
+            return math.inf
+        if state.pcie_read_t is None:
+            return self._clock()
+        return state.pcie_read_t + state.pcie_period(self.pcie_period_s)
+
+    def _poll_pcie(self, indexes) -> None:
+        for index in indexes:
+            state = self._states[index]
+            if state.gpm:
+                self._read_gpm(index, state)
+                continue
+            try:
+                tx, rx = self._source.read_pcie_bytes(index)
+            except Exception as exc:  # noqa: BLE001 - a failing GPU must not stop the rest
+                tx = rx = None
+                state.pcie_errors += 1
+                if state.pcie_errors == 1:
+                    log.warning("GPU %d: PCIe counters unreadable: %s", index, exc)
+            # A failed or unsupported read counts as tried: not again before its period.
+            self._fold_pcie(state, tx, rx, tried=True)
+
+    def _read_gpm(self, index: int, state: _GpuState) -> None:
+        try:
+            rates = self._source.read_gpm_pcie(index)
+        except Exception as exc:  # noqa: BLE001 - the next reading spans this interval too
+            state.pcie_errors += 1
+            if state.pcie_errors == 1:
+                log.warning("GPU %d: GPM PCIe rates unreadable: %s", index, exc)
+            return
+        t = self._clock()
+        tx, rx = rates if rates is not None else (0.0, 0.0)
+        state.tx.add_rate(tx, t)
+        state.rx.add_rate(rx, t)
+        state.pcie_read_t = t
+
+    def _fold_pcie(
+        self, state: _GpuState, tx: int | None, rx: int | None, tried: bool = False
+    ) -> None:
         t = self._clock()
         if tx is not None:
             state.tx.update(tx, t)
         if rx is not None:
             state.rx.update(rx, t)
+        if tried or tx is not None or rx is not None:
+            state.pcie_read_t = t
 
     def sample_now(self) -> Snapshot:
         """Take one slow sample of every GPU, update open windows, publish the snapshot."""
@@ -259,7 +344,11 @@ class Sampler:
                         raw = self._source.read_sample(index)
                     except Exception as exc:  # noqa: BLE001
                         raw = RawSample(errors={"sample": str(exc)})
-                    self._fold_pcie(self._states[index], raw.pcie_tx_raw, raw.pcie_rx_raw)
+                    state = self._states[index]
+                    if state.gpm:
+                        self._read_gpm(index, state)
+                    else:
+                        self._fold_pcie(state, raw.pcie_tx_raw, raw.pcie_rx_raw)
                 raws.append((raw, self._energy_now(index, raw)))
             t = self._clock()
             with self._lock:
@@ -405,6 +494,6 @@ class Sampler:
         return marks
 
 
-def _new_state(gpu: GpuIdentity) -> _GpuState:
+def _new_state(gpu: GpuIdentity, gpm: bool) -> _GpuState:
     rate = pcie_max_counter_rate(gpu.max_pcie_generation, gpu.max_pcie_width)
-    return _GpuState(identity=gpu, tx=PcieCounter(rate), rx=PcieCounter(rate))
+    return _GpuState(identity=gpu, tx=PcieCounter(rate), rx=PcieCounter(rate), gpm=gpm)

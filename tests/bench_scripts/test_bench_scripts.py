@@ -54,10 +54,16 @@ def test_telemetry_short(tmp_path):
     done = run([*FAKE_NVML, "bench/telemetry.py", "--short", "--out", str(out)], 120)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "GPU 1 whole_sample   median" in done.stdout
-    assert "running sampler (period 1.0 s" in done.stdout
+    assert "running sampler, idle GPUs, 32-bit counters (period 1.0 s)" in done.stdout
     figures = json.loads(out.read_text())
-    assert {"per_call_cost_gpu0", "sampler_cost", "sampler_cpu"} <= figures.keys()
-    assert not any("error" in figures[name] for name in ("sampler_cost", "sampler_cpu"))
+    cpu_phases = ("sampler_cpu", "sampler_cpu_counters", "sampler_cpu_slow_loop_only")
+    assert {"per_call_cost_gpu0", "sampler_cost", "pcie_read_schedule", *cpu_phases} <= set(figures)
+    assert not any("error" in figures[name] for name in ("sampler_cost", *cpu_phases))
+    # The fake GPUs are idle: the counters are read at the quiet period (54.5 ms at PCIe 5
+    # x16), once a second with the counter reads pushed to 30 s.
+    quiet = figures["pcie_read_schedule"]["quiet_period_s"]
+    assert figures["sampler_cpu_counters"]["counter_reads"][0]["longest_period_s"] == quiet
+    assert figures["sampler_cpu_slow_loop_only"]["counter_reads"][0]["shortest_period_s"] == 30
 
 
 def test_multi_gpu_short(tmp_path):
