@@ -1,5 +1,8 @@
 """The wrapper's own HTTP listener: /livez, /readyz, /status, /metrics (stdlib threads).
 
+HTTP/1.1 (a connection stays open for the next request, as Prometheus keeps it), GET and
+HEAD (the same status and headers, no body).
+
 Bounded, since any local user can connect: at most MAX_CONNECTIONS handler threads
 (more connections are closed at once) and REQUEST_TIMEOUT_S for each socket read or
 write, so half-sent requests cannot pile up threads in `serve`.
@@ -12,8 +15,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-
+from glm5svc.serve.metrics import exposition
 from glm5svc.serve.state import SupervisorState
 
 MAX_CONNECTIONS = 32
@@ -91,7 +93,9 @@ class HealthListener:
 def _make_handler(listener: HealthListener):
     class Handler(BaseHTTPRequestHandler):
         server_version = "glm5svc"
+        protocol_version = "HTTP/1.1"
         timeout = REQUEST_TIMEOUT_S  # StreamRequestHandler: a timeout on the socket
+        with_body = True
 
         def log_message(self, format, *args):  # noqa: A002 - stdlib signature
             pass
@@ -108,9 +112,17 @@ def _make_handler(listener: HealthListener):
                 body = json.dumps(listener.state.snapshot(), indent=2, default=str) + "\n"
                 self._send(200, body.encode(), "application/json")
             elif path == "/metrics":
-                self._send(200, generate_latest(listener.registry), CONTENT_TYPE_LATEST)
+                body, content_type = exposition(listener.registry, self.headers.get("Accept"))
+                self._send(200, body, content_type)
             else:
                 self._text(404, "not found: try /livez /readyz /status /metrics\n")
+
+        def do_HEAD(self):  # noqa: N802 - stdlib name
+            self.with_body = False  # one handler serves every request of a connection
+            try:
+                self.do_GET()
+            finally:
+                self.with_body = True
 
         def _text(self, code: int, text: str):
             self._send(code, text.encode(), "text/plain; charset=utf-8")
@@ -120,6 +132,7 @@ def _make_handler(listener: HealthListener):
             self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
-            self.wfile.write(body)
+            if self.with_body:
+                self.wfile.write(body)
 
     return Handler

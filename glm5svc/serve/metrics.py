@@ -1,9 +1,17 @@
-"""The service's own Prometheus metrics, computed from the supervisor state at scrape time."""
+"""The service's own Prometheus metrics, computed from the supervisor state at scrape time.
+
+One prefix, `glm5svc_`, for every family /metrics serves: the service's, the last
+benchmark's (`glm5svc_bench_*`) and the GPUs' (`glm5svc_gpu_*`, `glm5svc_telemetry_*`). A
+family with no sample (a benchmark figure no level measured, a reading this GPU lacks) is
+left out, as Prometheus' exposition guidelines ask. The text format by default, OpenMetrics
+when the scraper's Accept header asks for it (`exposition`).
+"""
 
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
 from glm5svc.benchmark_gauges import bench_metrics_families
@@ -66,15 +74,33 @@ def _counter(name: str, doc: str, value) -> CounterMetricFamily:
     return CounterMetricFamily(name, doc, value=float(value))
 
 
+class NonEmpty(Collector):
+    """Another registry's families, less those without a sample."""
+
+    def __init__(self, inner: CollectorRegistry):
+        self.inner = inner
+
+    def collect(self):
+        return (family for family in self.inner.collect() if family.samples)
+
+
 def build_registry(state: SupervisorState, telemetry_sampler=None) -> CollectorRegistry:
-    registry = CollectorRegistry()
-    registry.register(ServiceCollector(state))
-    register_gpu_telemetry(registry, telemetry_sampler)
+    families = CollectorRegistry(auto_describe=False)
+    families.register(ServiceCollector(state))
+    register_gpu_telemetry(families, telemetry_sampler)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(NonEmpty(families))
     return registry
 
 
+def exposition(registry: CollectorRegistry, accept: str | None) -> tuple[bytes, str]:
+    """The scrape's body and content type: OpenMetrics when Accept asks for it."""
+    encoder, content_type = choose_encoder(accept or "")
+    return encoder(registry), content_type
+
+
 def register_gpu_telemetry(registry: CollectorRegistry, sampler) -> bool:
-    """Add the GPU families (glm5_gpu_*) when the service runs a telemetry sampler."""
+    """Add the GPU families (glm5svc_gpu_*) when the service runs a telemetry sampler."""
     if sampler is None:
         return False
     register_gpu_collector(registry, sampler)

@@ -1,7 +1,9 @@
 """Prometheus metrics from the sampler's snapshot: a scrape never calls NVML.
 
-Names follow Prometheus conventions (base units, `_total` counters, 0-1 ratios) and carry
-DCGM exporter's labels `gpu` and `UUID`, so dashboards can join the two.
+Names follow Prometheus conventions (the `glm5svc_` prefix, base units, `_total` counters,
+0-1 ratios, snake_case labels; `promtool check metrics` has nothing to say) and carry DCGM
+exporter's labels `gpu` and `UUID`, so dashboards can join the two (`UUID` is DCGM's
+spelling, which promtool accepts).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from glm5svc.telemetry.sampler import Sampler
 from glm5svc.telemetry.snapshot import GpuSnapshot
 
 GPU_LABELS = ("gpu", "UUID")
-INFO_LABELS = ("gpu", "UUID", "pci_bus_id", "modelName", "driver_version")
+INFO_LABELS = ("gpu", "UUID", "pci_bus_id", "model_name", "driver_version")
 
 
 def _scaled(value, factor):
@@ -25,22 +27,32 @@ def _scaled(value, factor):
 
 # (name, help, snapshot attribute, factor to base units)
 _GPU_METRICS = (
-    ("glm5_gpu_power_watts", "Board power, NVML's averaged reading (W).", "power_w", 1),
-    ("glm5_gpu_power_instant_watts", "Instantaneous board power (W).", "power_instant_w", 1),
-    ("glm5_gpu_power_limit_watts", "Enforced power limit (W).", "power_limit_w", 1),
-    ("glm5_gpu_utilization_ratio", "Time a kernel was running (0-1).", "gpu_utilization_pct", 0.01),
+    ("glm5svc_gpu_power_watts", "Board power, NVML's averaged reading (W).", "power_w", 1),
+    ("glm5svc_gpu_power_instant_watts", "Instantaneous board power (W).", "power_instant_w", 1),
+    ("glm5svc_gpu_power_limit_watts", "Enforced power limit (W).", "power_limit_w", 1),
     (
-        "glm5_gpu_memory_utilization_ratio",
+        "glm5svc_gpu_utilization_ratio",
+        "Time a kernel was running (0-1).",
+        "gpu_utilization_pct",
+        0.01,
+    ),
+    (
+        "glm5svc_gpu_memory_utilization_ratio",
         "Time device memory was being read or written (0-1).",
         "memory_utilization_pct",
         0.01,
     ),
-    ("glm5_gpu_memory_used_bytes", "Device memory in use.", "memory_used_bytes", 1),
-    ("glm5_gpu_memory_total_bytes", "Device memory in total.", "memory_total_bytes", 1),
-    ("glm5_gpu_temperature_celsius", "GPU core temperature.", "temperature_c", 1),
-    ("glm5_gpu_sm_clock_hertz", "SM clock.", "sm_clock_mhz", 1e6),
-    ("glm5_gpu_memory_clock_hertz", "Memory clock.", "memory_clock_mhz", 1e6),
-    ("glm5_gpu_performance_state", "Performance state (0 = P0, fastest).", "performance_state", 1),
+    ("glm5svc_gpu_memory_used_bytes", "Device memory in use.", "memory_used_bytes", 1),
+    ("glm5svc_gpu_memory_total_bytes", "Device memory in total.", "memory_total_bytes", 1),
+    ("glm5svc_gpu_temperature_celsius", "GPU core temperature.", "temperature_c", 1),
+    ("glm5svc_gpu_sm_clock_hertz", "SM clock.", "sm_clock_mhz", 1e6),
+    ("glm5svc_gpu_memory_clock_hertz", "Memory clock.", "memory_clock_mhz", 1e6),
+    (
+        "glm5svc_gpu_performance_state",
+        "Performance state (0 = P0, fastest).",
+        "performance_state",
+        1,
+    ),
 )
 
 
@@ -56,7 +68,7 @@ class GpuCollector(Collector):
     def collect(self):
         snapshot = self._sampler.snapshot()
         up = GaugeMetricFamily(
-            "glm5_telemetry_up", "1 if NVML telemetry is being sampled, 0 if not (no driver)."
+            "glm5svc_telemetry_up", "1 if NVML telemetry is being sampled, 0 if not (no driver)."
         )
         up.add_metric([], 1.0 if snapshot.available else 0.0)
         yield up
@@ -65,7 +77,7 @@ class GpuCollector(Collector):
         age = snapshot.age_s(time.monotonic())
         if age is not None:
             stale = GaugeMetricFamily(
-                "glm5_telemetry_sample_age_seconds", "Seconds since the last GPU sample."
+                "glm5svc_telemetry_sample_age_seconds", "Seconds since the last GPU sample."
             )
             stale.add_metric([], age)
             yield stale
@@ -86,7 +98,9 @@ def _labels(gpu: GpuSnapshot) -> list[str]:
 
 
 def _info(gpus, driver: str) -> GaugeMetricFamily:
-    info = GaugeMetricFamily("glm5_gpu_info", "GPU identity; value always 1.", labels=INFO_LABELS)
+    info = GaugeMetricFamily(
+        "glm5svc_gpu_info", "GPU identity; value always 1.", labels=INFO_LABELS
+    )
     for gpu in gpus:
         info.add_metric([str(gpu.index), gpu.uuid, gpu.pci_bus_id, gpu.name, driver], 1.0)
     return info
@@ -94,22 +108,22 @@ def _info(gpus, driver: str) -> GaugeMetricFamily:
 
 def _counters(gpus):
     energy = CounterMetricFamily(
-        "glm5_gpu_energy_joules",
+        "glm5svc_gpu_energy_joules",
         "Energy the GPU used since the sampler started (NVML total energy counter).",
         labels=GPU_LABELS,
     )
     pcie = CounterMetricFamily(
-        "glm5_gpu_pcie_bytes",
+        "glm5svc_gpu_pcie_bytes",
         "PCIe bytes since the sampler started, 32-bit counters wrap-corrected.",
         labels=(*GPU_LABELS, "direction"),
     )
     gaps = CounterMetricFamily(
-        "glm5_gpu_pcie_counter_gaps",
+        "glm5svc_gpu_pcie_read_gaps",
         "PCIe counter read intervals long enough that a wrap may have been missed.",
         labels=GPU_LABELS,
     )
     replay = CounterMetricFamily(
-        "glm5_gpu_pcie_replay", "PCIe replay counter (link retries).", labels=GPU_LABELS
+        "glm5svc_gpu_pcie_replay", "PCIe replay counter (link retries).", labels=GPU_LABELS
     )
     for gpu in gpus:
         labels = _labels(gpu)
@@ -127,7 +141,7 @@ def _counters(gpus):
 
 def _clock_events(gpus) -> GaugeMetricFamily:
     family = GaugeMetricFamily(
-        "glm5_gpu_clock_event_active",
+        "glm5svc_gpu_clock_event_active",
         "1 while NVML reports this clock-event reason (why clocks are below maximum).",
         labels=(*GPU_LABELS, "reason"),
     )

@@ -63,7 +63,7 @@ def test_listener_and_status_command(serve, tmp_path):
     assert last_run["kv_pool_tokens"] == 1_104_000
     result = run_status(config_path)
     assert result.returncode == 3
-    assert "not reachable" in result.stdout
+    assert "not reachable" in result.stderr
 
 
 def test_status_command_shows_the_previous_runs_diagnosis(serve, tmp_path):
