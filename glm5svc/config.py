@@ -50,17 +50,28 @@ SECRETS_FILE_KEY = "api-key"
 
 class Section(BaseModel):
     # allow_inf_nan=False: `.inf`, `.nan` and `1e400` (read as infinity) are refused.
+    # use_attribute_docstrings: the string under each key is its description, from which
+    # the example config and docs/configuration.md are generated (glm5svc/docgen.py).
     model_config = ConfigDict(
-        extra="forbid", validate_default=True, frozen=True, allow_inf_nan=False
+        extra="forbid",
+        validate_default=True,
+        frozen=True,
+        allow_inf_nan=False,
+        use_attribute_docstrings=True,
     )
 
 
 class ModelSection(Section):
+    """The model: its checkpoint and the name clients ask for."""
+
     path: Path = Path("/models/GLM-5-NVFP4")
+    """Checkpoint directory (config.json, hf_quant_config.json, the weight shards); absolute."""
     served_name: str = Field("glm-5", min_length=1)
+    """The name clients use in "model"."""
     tokenizer_path: Path | None = None
-    # dummy: random weights, no checkpoint shards (test models); auto: sglang reads the shards.
+    """Tokenizer directory; null: the model directory."""
     load_format: Literal["auto", "safetensors", "dummy"] = "auto"
+    """auto: sglang reads the shards; dummy: random weights, no shards (test models only)."""
 
     @field_validator("path")
     @classmethod
@@ -71,20 +82,35 @@ class ModelSection(Section):
 
 
 class ServerSection(Section):
+    """The sglang server glm5svc launches."""
+
     host: str = Field("0.0.0.0", min_length=1)
+    """Address sglang listens on; beyond loopback, set api_key_file (validate warns)."""
     port: Port = 30000
+    """sglang's HTTP port."""
     api_key_file: Path | None = None
+    """File with the API key (one line, mode 0600): sglang gets it in a 0600 --config file, never
+    in argv; null: no key."""
     profile: str = "cu128"
+    """The pinned stack (glm5svc/data/profiles/): cu128 is sglang 0.5.10.post1 on CUDA 12.8, cu130
+    sglang 0.5.11 on CUDA 13.0."""
     python: Path = Path("/opt/glm5/venv/bin/python")
-    # Replaces `<python> -m sglang.launch_server` (tests run the test engine this way).
+    """The interpreter of the venv with sglang."""
     command: list[str] | None = None
+    """Replaces "<python> -m sglang.launch_server" (tests run the test engine this way); null:
+    sglang."""
     extra_args: list[str] = Field(default_factory=list)
+    """sglang flags appended last; a warning names each planned flag they override."""
     env: dict[str, str] = Field(default_factory=dict)
-    # server.env names whose values are secret: redacted from logs, never shown in /status.
+    """Extra environment for the server; a warning names each planned variable it overrides."""
     secret_env: list[str] = Field(default_factory=list)
-    cuda_home: Path | None = None  # null: the profile's toolkit (cu128: /usr/local/cuda-12.8)
+    """Names in server.env whose values are secret: redacted from logs, never shown in /status."""
+    cuda_home: Path | None = None
+    """The CUDA toolkit for the server; null: the profile's (cu128: /usr/local/cuda-12.8)."""
     enable_metrics: bool = True
+    """sglang's /metrics: the progress counters honest health checks read."""
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    """sglang's log level."""
 
     @field_validator("command")
     @classmethod
@@ -113,14 +139,22 @@ class ServerSection(Section):
 
 
 class GpusSection(Section):
+    """The GPUs the server uses; each target's rules are in glm5svc/data/targets.yaml
+    (docs/targets.md)."""
+
     # glm5svc/data/targets.yaml: backends, quantization, host checks, and the defaults of
     # expected_count and compute_capability below (sm120: 8 GPUs of 12.0).
     target: str = DEFAULT_TARGET
+    """The GPU generation: sm120, sm100 or sm90 (its backends, quantization and host checks)."""
     expected_count: Annotated[int, Field(ge=1, le=64)] = 8
-    # Used when NVML is absent (planning on a machine without the GPUs).
+    """GPUs used = tensor parallel size; default: the target's (sm120: 8)."""
     compute_capability: str = Field("12.0", pattern=r"^\d+\.\d+$")
+    """The GPUs' compute capability, used when NVML is absent (planning on a machine without the
+    GPUs); default: the target's. preflight checks the GPUs against it."""
     visible_devices: list[Annotated[int, Field(ge=0)]] | None = None
+    """GPU indices to use, as many as expected_count, e.g. [0, 1, 2, 3]; null: all."""
     nccl_p2p_level: str = "SYS"
+    """NCCL_P2P_LEVEL: LOC, NVL, PIX, PXB, PHB or SYS (legacy integers 0-5 are converted)."""
 
     @field_validator("nccl_p2p_level", mode="before")
     @classmethod
@@ -168,76 +202,129 @@ class GpusSection(Section):
 
 
 class TuningSection(Section):
+    """sglang's tuning; a null backend or quantization is the target's choice for the model
+    (`glm5svc command --explain` gives the reasons)."""
+
     mem_fraction_static: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.92
+    """Share of GPU memory for the weights and the KV pool (--mem-fraction-static)."""
     max_running_requests: Annotated[int, Field(ge=1, le=65536)] = 1024
+    """Requests the engine runs at once (--max-running-requests)."""
     cuda_graph: bool = False
+    """CUDA graphs; the reference deployment ran with them off."""
     radix_cache: Literal["auto", "on", "off"] = "auto"
-    # null (the default) for each of these five: the target's choice for the model
-    # (glm5svc/data/targets.yaml; sm120: the reference deployment's flags).
+    """The prefix cache; auto: on only when the NSA FP8 prefill fix is in place (`glm5svc patch`
+    reports it)."""
     quantization: Literal["modelopt_fp4", "none"] | None = None
+    """null: the target's choice (sm120 with GLM-5: modelopt_fp4)."""
     attention_backend: (
         Literal["flashinfer", "triton", "fa3", "flashmla", "trtllm_mla", "nsa"] | None
     ) = None
+    """null: the target's choice (sm120 with GLM-5: flashinfer)."""
     nsa_decode_backend: (
         Literal["trtllm", "flashmla_sparse", "flashmla_kv", "fa3", "tilelang"] | None
     ) = None
+    """Sparse-attention (DSA) models only, spelt --dsa-* from sglang 0.5.13; null: the target's
+    choice (sm120: trtllm)."""
     nsa_prefill_backend: (
         Literal["trtllm", "flashmla_sparse", "flashmla_kv", "fa3", "tilelang"] | None
     ) = None
+    """DSA models only; null: the target's choice (sm120: trtllm)."""
     moe_runner_backend: Literal["flashinfer_cutlass", "auto", "triton", "cutlass"] | None = None
+    """MoE models only; null: the target's choice (sm120: flashinfer_cutlass)."""
     chunked_prefill_size: PositiveInt | None = None
+    """Tokens per prefill chunk (--chunked-prefill-size); null: sglang's default."""
     disable_shared_experts_fusion: bool = False
+    """true works around the "3072 vs 6144" load error."""
     omp_num_threads: Annotated[int, Field(ge=1, le=256)] = 8
+    """OMP_NUM_THREADS of the server's processes."""
 
 
 class ServiceSection(Section):
+    """`glm5svc serve` itself: its health listener, probes and time limits."""
+
     listen_host: str = "127.0.0.1"
+    """Address of the health listener: /livez /readyz /status /metrics."""
     listen_port: Port = 9400
+    """Port of the health listener (not server.port)."""
     run_preflight: bool = True
-    # Give up loading when the log shows no progress for this long (Ollama's stall rule).
+    """Run preflight before launching (a fatal problem exits 78)."""
     load_stall_timeout_s: PositiveFloat = 900.0
+    """Give up loading when the log shows no progress this long, in seconds (Ollama's stall rule).
+"""
     startup_timeout_s: PositiveFloat = 7200.0
+    """Seconds from launch to ready, at most."""
     probe_interval_s: PositiveFloat = 10.0
+    """Seconds between health probes of the engine."""
     probe_timeout_s: PositiveFloat = 30.0
-    # Engine counted wedged after no progress and failing probes for this long.
+    """Seconds one probe may take."""
     wedge_window_s: PositiveFloat = 300.0
+    """No progress and failing probes this many seconds: the engine counts as wedged."""
     drain_timeout_s: PositiveFloat = 120.0
+    """On stop, seconds sglang may finish the requests in flight before its processes are killed."""
     results_dir: Path = Path("/var/lib/glm5")
+    """Where benchmark results and the last run's record go."""
 
 
 class TelemetrySection(Section):
+    """The NVML sampler behind /metrics and `glm5svc telemetry`."""
+
     enabled: bool = True
+    """Sample the GPUs while serving."""
     period_s: Annotated[float, Field(ge=0.05, le=60)] = 1.0
-    # The shortest interval between reads of the 32-bit PCIe counters (on GPUs without GPM):
-    # the sampler reads them less often while traffic is low, never later than 80 % of
-    # their wrap time (~68 ms at PCIe 5 x16), docs/performance-telemetry.md.
+    """Seconds between samples of power, clocks, utilisation and memory."""
     pcie_period_s: Annotated[float, Field(ge=0.001, le=0.05)] = 0.02
+    """The shortest interval, in seconds, between reads of the 32-bit PCIe counters (on GPUs
+    without GPM): the sampler reads them less often while traffic is low, never later than 80 %
+    of their wrap time (~68 ms at PCIe 5 x16); docs/performance-telemetry.md."""
 
 
 class PostStartBenchmark(Section):
+    """The benchmark `glm5svc serve` runs once the engine is ready."""
+
     enabled: bool = True
+    """Run it."""
     ladder: list[PositiveInt] = Field(default_factory=lambda: [64])
+    """Concurrency levels."""
     num_prompts_per_level: PositiveInt = 128
+    """Prompts per level."""
     degrade_below_baseline: bool = False
+    """Mark the service degraded (not unready) when the result is below the baseline."""
 
 
 class BenchmarkSection(Section):
-    # The interpreter that runs `-m sglang.bench_serving` (sglang and what bench_serving
-    # imports, e.g. tqdm); null: server.python. `glm5svc bench --python` overrides it.
+    """`glm5svc bench` and the post-start benchmark: sglang.bench_serving over a concurrency
+    ladder."""
+
     python: Path | None = None
+    """The interpreter that runs -m sglang.bench_serving (with sglang and what it imports, e.g.
+    tqdm); null: server.python. `glm5svc bench --python` overrides it."""
     ladder: list[PositiveInt] = Field(default_factory=lambda: [64, 256, 512, 1024, 2048])
+    """Concurrency levels, strictly increasing."""
     input_len: PositiveInt = 1024
+    """Input tokens per prompt (random ids, fixed length)."""
     output_len: PositiveInt = 512
-    # Prompts per level = max(min_prompts, prompts_per_concurrency * concurrency).
+    """Output tokens per request (fixed)."""
     prompts_per_concurrency: PositiveInt = 4
+    """Prompts per level = max(min_prompts, prompts_per_concurrency x concurrency)."""
     min_prompts: PositiveInt = 128
+    """The fewest prompts a level gets."""
     warmup_requests: Annotated[int, Field(ge=0)] = 16
+    """Requests before each level, not measured."""
     seed: Annotated[int, Field(ge=0, le=MAX_COUNT)] = 1
+    """bench_serving's random seed."""
     knee_gain_pct: Annotated[float, Field(ge=0, le=100)] = 10.0
+    """The knee: the first level after which more concurrency adds less than this many percent of
+    throughput while latency grows."""
     underused_power_share: Annotated[float, Field(gt=0, le=1)] = 0.6
+    """GPUs averaging under this share of their power limit at the best level count as under-used.
+"""
     regression_threshold_pct: Annotated[float, Field(gt=0, le=100)] = 5.0
+    """A figure more than this many percent below the baseline's is a regression."""
     baseline: str | None = "reference-8x-rtx-pro-6000"
+    """The baseline to compare with: a shipped name, a run directory or a summary file; null: none.
+"""
     post_start: PostStartBenchmark = Field(default_factory=PostStartBenchmark)
+    """The benchmark after each start."""
 
     @field_validator("ladder")
     @classmethod
@@ -260,7 +347,9 @@ class FleetSection(Section):
     the replica's service.listen_host must be reachable from here) and the gateway (smg)."""
 
     replicas: list[str] = Field(default_factory=list)
+    """Each replica's glm5svc listener, e.g. http://10.0.0.11:9400."""
     gateway: str | None = None
+    """The gateway (smg), e.g. http://10.0.0.10:30000; null: none."""
 
     @field_validator("replicas")
     @classmethod
@@ -282,9 +371,13 @@ class MultinodeSection(Section):
     must provide."""
 
     nnodes: Annotated[int, Field(ge=1, le=64)] = 1
+    """Hosts in the engine (1: this host only); --tp-size = gpus.expected_count x nnodes."""
     node_rank: Annotated[int, Field(ge=0)] = 0
-    dist_init_addr: str | None = None  # rank 0's host:port for torch.distributed's rendezvous
-    nccl_socket_ifname: str | None = None  # NCCL_SOCKET_IFNAME (and GLOO_SOCKET_IFNAME)
+    """This host's rank, 0..nnodes-1 (rank 0 serves HTTP)."""
+    dist_init_addr: str | None = None
+    """Rank 0's host:port for torch.distributed's rendezvous, the same on every node."""
+    nccl_socket_ifname: str | None = None
+    """The interface NCCL and gloo use between hosts (NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME)."""
 
     @field_validator("dist_init_addr")
     @classmethod

@@ -6,7 +6,7 @@ import math
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from glm5svc.config import connect_host, read_api_key
+from glm5svc.config import BenchmarkSection, connect_host, read_api_key
 from glm5svc.errors import ConfigError
 
 # A level's default time limit, from its workload, for slow but working servers: bench_serving
@@ -18,6 +18,7 @@ LEVEL_START_S = 300.0
 REQUEST_FLOOR_S = 30.0
 PREFILL_S_PER_TOKEN = 0.002
 DECODE_S_PER_TOKEN = 0.5
+_DEFAULTS = BenchmarkSection()  # the configuration's defaults are the plan's
 
 
 @dataclass(frozen=True)
@@ -29,11 +30,11 @@ class BenchPlan:
     ladder: tuple[int, ...]
     input_len: int
     output_len: int
-    prompts_per_concurrency: int = 4
-    min_prompts: int = 128
+    prompts_per_concurrency: int = _DEFAULTS.prompts_per_concurrency
+    min_prompts: int = _DEFAULTS.min_prompts
     num_prompts: int | None = None  # fixed prompts per level; overrides the two above
-    warmup_requests: int = 16
-    seed: int = 1
+    warmup_requests: int = _DEFAULTS.warmup_requests
+    seed: int = _DEFAULTS.seed
     api_key: str | None = None  # never written to results
     level_timeout_s: float | None = None
 

@@ -9,22 +9,16 @@ from __future__ import annotations
 
 import signal
 import sys
+from dataclasses import fields
 from pathlib import Path
 
-from glm5svc.config import Config, load_config, resolve_config_path
+from glm5svc.cli_options import Range, add_number
+from glm5svc.config import MAX_COUNT, MAX_SECONDS, Config, load_config, resolve_config_path
 from glm5svc.errors import ConfigError
 from glm5svc.json_output import emit
 
 EXIT_STOPPED = 1
 EXIT_REGRESSION = 3
-
-
-def _ladder(text: str) -> list[int]:
-    try:
-        values = [int(part) for part in text.replace(",", " ").split()]
-    except ValueError:
-        raise ValueError(f"not a list of integers: {text!r}") from None
-    return values
 
 
 def register(subparsers):
@@ -33,11 +27,33 @@ def register(subparsers):
         help="benchmark the running server over a concurrency ladder (sglang.bench_serving)",
         description=__doc__,
     )
-    parser.add_argument("--ladder", nargs="+", metavar="N", help="concurrency levels (64 256 ..)")
-    parser.add_argument("--input-len", type=int, help="input tokens per prompt (fixed)")
-    parser.add_argument("--output-len", type=int, help="output tokens per request (fixed)")
-    parser.add_argument("--num-prompts", type=int, help="prompts per level (default: by level)")
-    parser.add_argument("--warmup-requests", type=int, help="warm-up requests before each level")
+    # Each option's dest is the BenchPlan field it overrides (run passes them by name).
+    add_number(
+        parser,
+        "--ladder",
+        dest="ladder",
+        nargs="+",
+        config="benchmark.ladder",
+        help="concurrency levels, e.g. 64 256 or 64,256",
+    )
+    add_number(parser, "--input-len", config="benchmark.input_len", help="input tokens per prompt")
+    add_number(
+        parser, "--output-len", config="benchmark.output_len", help="output tokens per request"
+    )
+    add_number(
+        parser,
+        "--num-prompts",
+        kind=int,
+        range=Range(0, True, MAX_COUNT),
+        help="prompts per level (default: max(benchmark.min_prompts, "
+        "benchmark.prompts_per_concurrency x the level))",
+    )
+    add_number(
+        parser,
+        "--warmup-requests",
+        config="benchmark.warmup_requests",
+        help="warm-up requests before each level",
+    )
     parser.add_argument("--base-url", help="server URL (default: from the config's server)")
     parser.add_argument(
         "--python",
@@ -50,7 +66,14 @@ def register(subparsers):
     parser.add_argument(
         "--baseline", help="shipped baseline name, run directory or file; 'none' for no comparison"
     )
-    parser.add_argument("--level-timeout", type=float, help="seconds one level may take")
+    add_number(
+        parser,
+        "--level-timeout",
+        dest="level_timeout_s",
+        unit="seconds",
+        range=Range(0, True, MAX_SECONDS),
+        help="seconds one level may take (default: from the level's workload)",
+    )
     parser.add_argument(
         "--fail-on-regression", action="store_true", help="exit 3 when below the baseline"
     )
@@ -70,9 +93,17 @@ def register(subparsers):
         "a", help="A, the run to judge: run directory, summary.json or shipped baseline name"
     )
     compare.add_argument("b", help="B, the baseline (change = A / B - 1): same kinds as A")
-    compare.add_argument("--threshold", type=float, help="regression threshold in percent")
-    compare.add_argument("--fail-on-regression", action="store_true")
-    compare.add_argument("--json", action="store_true")
+    add_number(
+        compare,
+        "--threshold",
+        config="benchmark.regression_threshold_pct",
+        unit="percent",
+        help="a drop beyond this is a regression",
+    )
+    compare.add_argument(
+        "--fail-on-regression", action="store_true", help="exit 3 when A regressed against B"
+    )
+    compare.add_argument("--json", action="store_true", help="print the comparison as JSON")
     compare.set_defaults(func=run_compare)
     return parser
 
@@ -92,27 +123,13 @@ def _missing(path: Path) -> bool:
 
 
 def run(args) -> int:
-    from glm5svc.bench import Judgement, plan_from_config, run_benchmark
+    from glm5svc.bench import BenchPlan, Judgement, plan_from_config, run_benchmark
     from glm5svc.bench.runner import raise_terminated
 
     config = _config(args)
-    try:
-        ladder = [n for part in args.ladder for n in _ladder(part)] if args.ladder else None
-    except ValueError as exc:
-        raise ConfigError(f"--ladder: {exc}") from None
-    plan = plan_from_config(
-        config,
-        ladder=ladder,
-        input_len=args.input_len,
-        output_len=args.output_len,
-        num_prompts=args.num_prompts,
-        warmup_requests=args.warmup_requests,
-        base_url=args.base_url,
-        python=args.python,
-        tokenizer=args.tokenizer,
-        model=args.model,
-        level_timeout_s=args.level_timeout,
-    )
+    ladder = [n for part in args.ladder for n in part] if args.ladder else None
+    overrides = {f.name: getattr(args, f.name) for f in fields(BenchPlan) if hasattr(args, f.name)}
+    plan = plan_from_config(config, **{**overrides, "ladder": ladder})
     baseline = args.baseline
     judgement = Judgement.from_config(config, baseline="" if baseline == "none" else baseline)
     results_root = Path(args.results_dir) if args.results_dir else config.service.results_dir

@@ -32,7 +32,7 @@ def register(subparsers):
     )
     parser.add_argument("--project", default=".", help="the glm5svc checkout holding site.yml")
     parser.add_argument("-i", "--inventory", help="inventory (default: ansible.cfg's)")
-    parser.add_argument("--playbook", default="site.yml")
+    parser.add_argument("--playbook", default="site.yml", help="the playbook, in --project")
     ansible = parser.add_argument_group("passed to ansible-playbook as they are")
     ansible.add_argument("--check", action="store_true", help="change nothing, report")
     ansible.add_argument("--diff", action="store_true", help="show what files change")

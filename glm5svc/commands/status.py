@@ -9,7 +9,8 @@ import urllib.error
 import urllib.request
 
 from glm5svc import fleet
-from glm5svc.config import FleetSection, load_config, read_api_key
+from glm5svc.cli_options import Range, add_number
+from glm5svc.config import MAX_SECONDS, FleetSection, load_config, read_api_key
 from glm5svc.errors import ConfigError, Glm5Error
 from glm5svc.json_output import emit, schema_name
 
@@ -44,7 +45,14 @@ def register(subparsers):
         ),
     )
     parser.add_argument("--json", action="store_true", help="print /status as JSON")
-    parser.add_argument("--timeout", type=float, default=5.0, metavar="S")
+    add_number(
+        parser,
+        "--timeout",
+        unit="seconds",
+        default=5.0,
+        range=Range(0, True, MAX_SECONDS),
+        help="how long to wait for each answer",
+    )
     parser.add_argument(
         "--fleet",
         action="store_true",

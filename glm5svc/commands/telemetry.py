@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import sys
 
+from glm5svc.cli_options import add_number
 from glm5svc.json_output import emit, emit_error
 from glm5svc.telemetry.sampler import Sampler
 
@@ -25,7 +26,13 @@ def register(subparsers):
     parser.add_argument(
         "--json", action="store_true", help="print one snapshot as JSON (implies --once)"
     )
-    parser.add_argument("--period", type=float, help="seconds between samples (config default)")
+    add_number(
+        parser,
+        "--period",
+        config="telemetry.period_s",
+        unit="seconds",
+        help="seconds between samples",
+    )
     parser.set_defaults(func=run)
     return parser
 

@@ -12,49 +12,21 @@ an Ansible host_vars snippet, a plot and a bench baseline. docs/tuning.md explai
 from __future__ import annotations
 
 import json
-import math
 import signal
 import sys
 import threading
 from pathlib import Path
 
+from glm5svc.cli_options import Range, add_number
+from glm5svc.config import MAX_COUNT, MAX_SECONDS
 from glm5svc.errors import ConfigError, Glm5Error
 from glm5svc.json_output import emit
+from glm5svc.tune.stats import CONFIDENCE_LEVELS
 
 EXIT_INTERRUPTED = 130
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise ConfigError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise ConfigError(f"must be at least 1 (got {value})")
-    return value
-
-
-def _duration(text: str) -> float:
-    """Seconds, or with a unit: 90s, 45m, 2h."""
-    units = {"s": 1, "m": 60, "h": 3600}
-    number, unit = (text[:-1], units[text[-1]]) if text and text[-1] in units else (text, 1)
-    try:
-        value = float(number) * unit
-    except ValueError:
-        raise ConfigError(f"not a duration: {text!r} (seconds, or 90s, 45m, 2h)") from None
-    if not math.isfinite(value) or value <= 0 or value > 30 * 86400:
-        raise ConfigError(f"a duration must be more than 0 and at most 30 days (got {text!r})")
-    return value
-
-
-def _milliseconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise ConfigError(f"not a number of milliseconds: {text!r}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise ConfigError(f"a latency limit must be a positive number of ms (got {text!r})")
-    return value
+POSITIVE = Range(0, True, MAX_COUNT)
 
 
 def register(subparsers):
@@ -72,34 +44,44 @@ def register(subparsers):
         description="Run a tune. Every option's default is in docs/tuning.md.",
     )
     workload = run.add_argument_group("the workload (what the objective is measured on)")
-    workload.add_argument("--concurrency", default="256", help="target concurrency (256)")
-    workload.add_argument("--input-len", help="input tokens per prompt (benchmark.input_len)")
-    workload.add_argument("--output-len", help="output tokens per request (benchmark.output_len)")
-    workload.add_argument(
-        "--num-prompts", help="prompts per measured run (default: 4 x concurrency, >= 128)"
-    )
-    workload.add_argument(
-        "--warmup-prompts", help="prompts of the discarded warm-up run (default: concurrency)"
-    )
+    add_number(workload, "--concurrency", kind=int, range=POSITIVE, default=256,
+               help="target concurrency")  # fmt: skip
+    add_number(workload, "--input-len", config="benchmark.input_len",
+               help="input tokens per prompt")  # fmt: skip
+    add_number(workload, "--output-len", config="benchmark.output_len",
+               help="output tokens per request")  # fmt: skip
+    add_number(workload, "--num-prompts", kind=int, range=POSITIVE,
+               help="prompts per measured run (default: 4 x concurrency, at least "
+               "benchmark.min_prompts)")  # fmt: skip
+    add_number(workload, "--warmup-prompts", kind=int, range=POSITIVE,
+               help="prompts of the discarded warm-up run (default: the concurrency)")  # fmt: skip
     limits = run.add_argument_group("latency limits (a faster setting over them cannot win)")
-    limits.add_argument("--ttft-p99-ms", help="time to first token, p99, ms")
-    limits.add_argument("--itl-p99-ms", help="inter-token latency, p99, ms")
+    latency = Range(0, True, MAX_SECONDS * 1000)
+    add_number(limits, "--ttft-p99-ms", range=latency, unit="ms", metavar="MS",
+               help="time to first token, p99")  # fmt: skip
+    add_number(limits, "--itl-p99-ms", range=latency, unit="ms", metavar="MS",
+               help="inter-token latency, p99")  # fmt: skip
     search = run.add_argument_group("the search")
     search.add_argument("--space", help="search space file (default: glm5svc's, per target)")
-    search.add_argument("--budget", default="4h", help="time for the whole tune (4h)")
-    search.add_argument("--max-trials", help="at most this many trials (engine starts)")
-    search.add_argument("--trial-timeout", default="1h", help="time one trial may take (1h)")
-    search.add_argument("--min-repeats", default="3", help="measured runs per trial, at least (3)")
-    search.add_argument("--max-repeats", default="8", help="measured runs per trial, at most (8)")
-    search.add_argument(
-        "--confidence", default="0.95", help="confidence of the intervals: 0.9, 0.95, 0.99"
-    )
-    search.add_argument(
-        "--prune-below",
-        default="0.7",
-        help="a first run under this share of the best's mean ends the trial (0.7)",
-    )
-    search.add_argument("--seed", default="0", help="the sampler's seed (0)")
+    duration = Range(0, True, MAX_SECONDS)
+    add_number(search, "--budget", duration=True, range=duration, default="4h",
+               help="time for the whole tune")  # fmt: skip
+    add_number(search, "--max-trials", kind=int, range=POSITIVE,
+               help="at most this many trials (engine starts)")  # fmt: skip
+    add_number(search, "--trial-timeout", duration=True, range=duration, default="1h",
+               help="time one trial may take")  # fmt: skip
+    repeats = Range(2, False, 1000)  # one run has no interval
+    add_number(search, "--min-repeats", kind=int, range=repeats, default=3,
+               help="measured runs per trial, at least")  # fmt: skip
+    add_number(search, "--max-repeats", kind=int, range=repeats, default=8,
+               help="measured runs per trial, at most")  # fmt: skip
+    add_number(search, "--confidence", range=Range(0, True, 1, True), default=0.95,
+               choices=CONFIDENCE_LEVELS, help="confidence of the intervals")  # fmt: skip
+    add_number(search, "--prune-below", range=Range(0, False, 1, True), default=0.7,
+               help="a first run under this share of the best's mean ends the trial "
+               "(0: never prune)")  # fmt: skip
+    add_number(search, "--seed", kind=int, range=Range(0, False, MAX_COUNT), default=0,
+               help="the sampler's seed")  # fmt: skip
     where = run.add_argument_group("where and how")
     where.add_argument("--run-dir", help="the run directory (default: results_dir/tune/<time>)")
     where.add_argument("--resume", metavar="RUN_DIR", help="continue a stopped tune")
@@ -115,14 +97,14 @@ def register(subparsers):
         "apply",
         help="write a tune's overlay into the configuration and restart glm5.service",
     )
-    apply.add_argument("run_dir", metavar="RUN_DIR")
+    apply.add_argument("run_dir", metavar="RUN_DIR", help="the tune's run directory")
     apply.add_argument("--no-restart", action="store_true", help="do not restart glm5.service")
-    apply.add_argument("--json", action="store_true")
+    apply.add_argument("--json", action="store_true", help="print the result as JSON")
     apply.set_defaults(func=run_apply)
 
     show = actions.add_parser("show", help="a tune's trials and result")
-    show.add_argument("run_dir", metavar="RUN_DIR")
-    show.add_argument("--json", action="store_true")
+    show.add_argument("run_dir", metavar="RUN_DIR", help="the tune's run directory")
+    show.add_argument("--json", action="store_true", help="print the tune's summary as JSON")
     show.set_defaults(func=run_show)
     return parser
 
@@ -139,60 +121,32 @@ def _request(args):
     from glm5svc.config import load_config
     from glm5svc.tune.search import SearchSettings, Workload
     from glm5svc.tune.session import TuneRequest
-    from glm5svc.tune.stats import CONFIDENCE_LEVELS
 
     config = load_config(args.config)
     problems = []
-
-    def read(name, convert, value):
-        try:
-            return convert(value) if value is not None else None
-        except ConfigError as exc:
-            problems.append(f"--{name}: {exc}")
-            return None
-
-    concurrency = read("concurrency", _positive_int, args.concurrency) or 1
-    input_len = read("input-len", _positive_int, args.input_len) or config.benchmark.input_len
-    output_len = read("output-len", _positive_int, args.output_len) or config.benchmark.output_len
-    default_prompts = max(config.benchmark.min_prompts, 4 * concurrency)
-    prompts = read("num-prompts", _positive_int, args.num_prompts) or default_prompts
-    warmup = read("warmup-prompts", _positive_int, args.warmup_prompts) or concurrency
-    min_repeats = read("min-repeats", _positive_int, args.min_repeats) or 3
-    max_repeats = read("max-repeats", _positive_int, args.max_repeats) or 8
-    if min_repeats < 2:
-        problems.append("--min-repeats: at least 2 (one run has no interval)")
-    if max_repeats < min_repeats:
-        problems.append(f"--max-repeats {max_repeats} is below --min-repeats {min_repeats}")
-    try:
-        confidence = float(args.confidence)
-    except ValueError:
-        confidence = -1.0
-    if confidence not in CONFIDENCE_LEVELS:
-        problems.append(f"--confidence: one of {', '.join(map(str, CONFIDENCE_LEVELS))}")
-    try:
-        prune_below = float(args.prune_below)
-    except ValueError:
-        prune_below = -1.0
-    if not 0 <= prune_below < 1:
-        problems.append("--prune-below: a share from 0 (never prune) to below 1")
-    try:
-        seed = int(args.seed)
-    except ValueError:
-        problems.append(f"--seed: not a whole number: {args.seed!r}")
-        seed = 0
+    concurrency = args.concurrency
+    input_len = args.input_len or config.benchmark.input_len
+    output_len = args.output_len or config.benchmark.output_len
+    prompts = args.num_prompts or max(config.benchmark.min_prompts, 4 * concurrency)
+    warmup = args.warmup_prompts or concurrency
+    if args.max_repeats < args.min_repeats:
+        problems.append(
+            f"--max-repeats {args.max_repeats} is below --min-repeats {args.min_repeats}; "
+            "raise --max-repeats or lower --min-repeats"
+        )
     if args.resume and args.run_dir:
         problems.append("--resume and --run-dir: give one (a resumed tune keeps its directory)")
     settings = SearchSettings(
-        min_repeats=min_repeats,
-        max_repeats=max_repeats,
-        confidence=confidence,
-        max_trials=read("max-trials", _positive_int, args.max_trials),
-        budget_s=read("budget", _duration, args.budget) or 1.0,
-        trial_timeout_s=read("trial-timeout", _duration, args.trial_timeout) or 1.0,
-        prune_below=prune_below,
-        ttft_p99_ms=read("ttft-p99-ms", _milliseconds, args.ttft_p99_ms),
-        itl_p99_ms=read("itl-p99-ms", _milliseconds, args.itl_p99_ms),
-        seed=seed,
+        min_repeats=args.min_repeats,
+        max_repeats=args.max_repeats,
+        confidence=args.confidence,
+        max_trials=args.max_trials,
+        budget_s=args.budget,
+        trial_timeout_s=args.trial_timeout,
+        prune_below=args.prune_below,
+        ttft_p99_ms=args.ttft_p99_ms,
+        itl_p99_ms=args.itl_p99_ms,
+        seed=args.seed,
     )
     if problems:
         raise ConfigError("glm5svc tune run: invalid options", problems=problems)

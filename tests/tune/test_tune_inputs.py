@@ -9,11 +9,12 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from glm5svc.commands.tune import _duration, _milliseconds, _positive_int, _request
+from glm5svc.cli import build_parser
+from glm5svc.commands.tune import _request
 from glm5svc.config import Config
 from glm5svc.errors import ConfigError
 from glm5svc.tune.space import apply_candidate, load_space, start_value
-from glm5svc.tune.stats import BETTER, UNDECIDED, WORSE, compare, mean_interval
+from glm5svc.tune.stats import BETTER, CONFIDENCE_LEVELS, UNDECIDED, WORSE, compare, mean_interval
 
 scalars = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20)
 documents = st.recursive(
@@ -50,39 +51,53 @@ def test_any_bytes_as_a_space_file_are_a_space_or_a_clear_error(tmp_path_factory
     space_or_clear_error(path)
 
 
-@settings(max_examples=300, deadline=None)
-@given(st.text(max_size=12))
-def test_numeric_options_accept_or_refuse_with_a_config_error(text):
-    for parse in (_positive_int, _duration, _milliseconds):
-        try:
-            value = parse(text)
-        except ConfigError:
-            continue
-        assert math.isfinite(value) and value > 0
+NUMERIC_RUN_OPTIONS = ["--concurrency", "--budget", "--trial-timeout", "--confidence",
+                       "--min-repeats", "--max-repeats", "--prune-below", "--seed",
+                       "--ttft-p99-ms", "--max-trials"]  # fmt: skip
+
+
+def parse_run(argv: list[str]) -> argparse.Namespace | None:
+    """`tune run` argv parsed, or None when the parser refused it (exit 2, a message)."""
+    try:
+        return build_parser(only="tune").parse_args(["tune", "run", *argv])
+    except SystemExit as exc:
+        assert exc.code == 2
+        return None
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.dictionaries(st.sampled_from(["concurrency", "budget", "confidence", "min_repeats",
-                                        "max_repeats", "prune_below", "seed", "ttft_p99_ms"]),
-                       st.text(max_size=8), max_size=4))  # fmt: skip
-def test_the_run_options_are_refused_together_or_accepted(tmp_path_factory, given_options):
+@given(st.dictionaries(st.sampled_from(NUMERIC_RUN_OPTIONS), st.text(max_size=8), max_size=4))
+def test_the_run_options_are_refused_or_make_a_request(tmp_path_factory, given_options):
     config = tmp_path_factory.mktemp("cfg") / "glm5.yaml"
     config.write_text("{}\n")
-    options = dict(
-        config=str(config), concurrency="256", input_len=None, output_len=None, num_prompts=None,
-        warmup_prompts=None, ttft_p99_ms=None, itl_p99_ms=None, space=None, budget="4h",
-        max_trials=None, trial_timeout="1h", min_repeats="3", max_repeats="8",
-        confidence="0.95", prune_below="0.7", seed="0", run_dir=None, resume=None,
-        take_over=False,
-    )  # fmt: skip
-    options.update(given_options)
+    argv = [f"{name}={value}" for name, value in given_options.items()]
+    args = parse_run(argv)
+    if args is None:
+        return
+    args.config = str(config)
+    for name in ("budget", "trial_timeout", "ttft_p99_ms"):
+        value = getattr(args, name)
+        assert value is None or (math.isfinite(value) and value > 0)
     try:
-        request = _request(argparse.Namespace(**options))
+        request = _request(args)
     except ConfigError as exc:
         assert exc.problems
+        assert args.max_repeats < args.min_repeats
         return
     assert request.workload.concurrency >= 1
-    assert request.settings.min_repeats <= request.settings.max_repeats
+    assert 2 <= request.settings.min_repeats <= request.settings.max_repeats
+    assert request.settings.confidence in CONFIDENCE_LEVELS
+    assert 0 <= request.settings.prune_below < 1
+
+
+def test_the_run_defaults_are_the_documented_ones():
+    args = parse_run([])
+    assert (args.budget, args.trial_timeout) == (4 * 3600, 3600)
+    assert (args.min_repeats, args.max_repeats, args.confidence) == (3, 8, 0.95)
+    assert parse_run(["--budget", "90m"]).budget == 5400
+    for bad in (["--budget", "nan"], ["--min-repeats", "1"], ["--confidence", "0.5"],
+                ["--prune-below", "1"], ["--concurrency", "0"], ["--seed", "-1"]):  # fmt: skip
+        assert parse_run(bad) is None, bad
 
 
 @given(st.lists(st.floats(1, 1e6), min_size=2, max_size=10))
