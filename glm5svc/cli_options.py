@@ -211,7 +211,7 @@ def add_number(
         **named,
         type=number,
         default=default,
-        metavar=metavar or ("S" if unit == "seconds" else "N"),
+        metavar=metavar or ("TIME" if duration else "S" if unit == "seconds" else "N"),
         help=help.replace("%", "%%"),
         nargs=nargs,
     )

@@ -76,10 +76,11 @@ def register(subparsers):
     add_number(search, "--max-repeats", kind=int, range=repeats, default=8,
                help="measured runs per trial, at most")  # fmt: skip
     add_number(search, "--confidence", range=Range(0, True, 1, True), default=0.95,
-               choices=CONFIDENCE_LEVELS, help="confidence of the intervals")  # fmt: skip
+               choices=CONFIDENCE_LEVELS, metavar="LEVEL",
+               help="confidence of the intervals")  # fmt: skip
     add_number(search, "--prune-below", range=Range(0, False, 1, True), default=0.7,
-               help="a first run under this share of the best's mean ends the trial "
-               "(0: never prune)")  # fmt: skip
+               metavar="SHARE", help="a first run under this share of the best's mean ends "
+               "the trial, 0 never prunes")  # fmt: skip
     add_number(search, "--seed", kind=int, range=Range(0, False, MAX_COUNT), default=0,
                help="the sampler's seed")  # fmt: skip
     where = run.add_argument_group("where and how")
