@@ -8,7 +8,7 @@ import argparse
 
 import pytest
 
-from glm5svc.cli import build_parser
+from glm5svc.cli import UsageError, build_parser
 from glm5svc.cli_options import Number, numeric_type, subparsers_of
 
 PARSER = build_parser()
@@ -43,8 +43,8 @@ def positionals(path: str) -> list[str]:
 def parse(argv: list[str], capsys) -> tuple[int, argparse.Namespace | None, str]:
     try:
         args = PARSER.parse_args(argv)
-    except SystemExit as exc:
-        return int(exc.code or 0), None, capsys.readouterr().err
+    except UsageError as exc:
+        return exc.exit_status, None, f"{capsys.readouterr().err}{exc}"
     return 0, args, ""
 
 

@@ -142,12 +142,13 @@ class Case:
     alone: bool = False  # its own process (bench sets signal handlers), else in this one
 
 
+USAGE = schema_name(["usage"])  # a command line argparse refused, numbers out of range included
 READY = b'{"ready": true, "phase": "serving", "started_at": "2026-12-01T17:00:00.000+00:00"}'
 CASES: dict[tuple[str, ...], list[Case]] = {
     ("bench",): [
         Case("a ladder that ran", lambda e: e.bench(), 0, schema=SUMMARY_SCHEMA, alone=True),
         Case("no server there", lambda e: e.bench(server=False), 1, SUMMARY_SCHEMA, alone=True),
-        Case("bad ladder", lambda e: ["bench", "--ladder", "x"], 78),
+        Case("bad ladder", lambda e: ["bench", "--ladder", "x"], 2, schema=USAGE),
     ],
     ("bench", "compare"): [
         Case(
@@ -256,6 +257,21 @@ CASES: dict[tuple[str, ...], list[Case]] = {
                 "-1",
                 "--confidence",
                 "2",
+            ],
+            2,
+            schema=USAGE,
+        ),  # fmt: skip
+        Case(
+            "repeats that contradict",
+            lambda e: [
+                "--config",
+                str(EXAMPLE),
+                "tune",
+                "run",
+                "--min-repeats",
+                "5",
+                "--max-repeats",
+                "3",
             ],
             78,
         ),  # fmt: skip

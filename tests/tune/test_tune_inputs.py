@@ -9,7 +9,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from glm5svc.cli import build_parser
+from glm5svc.cli import UsageError, build_parser
 from glm5svc.commands.tune import _request
 from glm5svc.config import Config
 from glm5svc.errors import ConfigError
@@ -60,8 +60,8 @@ def parse_run(argv: list[str]) -> argparse.Namespace | None:
     """`tune run` argv parsed, or None when the parser refused it (exit 2, a message)."""
     try:
         return build_parser(only="tune").parse_args(["tune", "run", *argv])
-    except SystemExit as exc:
-        assert exc.code == 2
+    except UsageError as exc:
+        assert exc.exit_status == 2 and str(exc).startswith("tune run: argument --")
         return None
 
 
