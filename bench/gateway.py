@@ -51,28 +51,16 @@ from bench.phases import run_phases  # noqa: E402
 from glm5svc.bench.plan import BenchPlan  # noqa: E402
 from glm5svc.bench.runner import bench_serving_command, bench_serving_env  # noqa: E402
 from glm5svc.bench.serving_figures import parse_bench_line  # noqa: E402
-from testkit.bench_venv import VENVS, build_bench_serving_venv, make_tokenizer  # noqa: E402
+from testkit.bench_venv import build_bench_serving_venv, make_tokenizer  # noqa: E402
 from testkit.engine import TEST_ENGINE, free_port  # noqa: E402
+from testkit.smg_venv import GATEWAY_DEFAULTS as ROLE_DEFAULTS  # noqa: E402
+from testkit.smg_venv import SMG_VERSION, smg_python  # noqa: E402
+from testkit.timing import scaled  # noqa: E402
 
-ROLE_DEFAULTS = yaml.safe_load((REPO / "roles/glm5_gateway/defaults/main.yml").read_text())
-SMG_VERSION = ROLE_DEFAULTS["glm5_gateway_smg_version"]
 LAUNCHER = REPO / "roles/glm5_gateway/files/glm5-gateway-launch.py"
 LAB_INVENTORY = yaml.safe_load((REPO / "lab/inventory.yml").read_text())
 LAB_REPLICAS = yaml.safe_load((REPO / "lab/replicas.yml").read_text())
 LAB_LXCPATH = "/var/lib/glm5-lab/lxc"
-
-
-def smg_python() -> str:
-    """A venv with the pinned smg under .cache/venvs (built once; pip's cache helps)."""
-    target = VENVS / f"smg-{SMG_VERSION}"
-    python = target / "bin" / "python"
-    if not (target / ".ready").is_file():
-        subprocess.run([sys.executable, "-m", "venv", "--clear", str(target)], check=True)
-        subprocess.run(
-            [str(python), "-m", "pip", "install", "-q", f"smg=={SMG_VERSION}"], check=True
-        )
-        (target / ".ready").write_text(SMG_VERSION)
-    return str(python)
 
 
 def get_json(url: str) -> dict:
@@ -85,6 +73,7 @@ def get_json(url: str) -> dict:
 
 def wait(predicate, timeout: float, what: str) -> float:
     started = time.monotonic()
+    timeout = scaled(timeout)
     while time.monotonic() - started < timeout:
         try:
             if predicate():

@@ -36,6 +36,7 @@ from bench.phases import run_phases  # noqa: E402
 from glm5svc.serve.process import live_group_members  # noqa: E402
 from glm5svc.serve.relay import OutputReader  # noqa: E402
 from testkit.engine import TEST_ENGINE, free_port  # noqa: E402
+from testkit.timing import scaled  # noqa: E402
 
 PROBE_INTERVAL_S = 0.5
 
@@ -83,7 +84,7 @@ class Serve:
             return json.loads(r.read())
 
     def wait_ready(self, timeout: float = 60) -> int:
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + scaled(timeout)
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"serve exited {self.proc.returncode}")

@@ -16,6 +16,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from testkit.build_lock import build_lock
+
 REPO = Path(__file__).resolve().parents[1]
 VENVS = REPO / ".cache" / "venvs"
 SGLANG_VERSION = "0.5.9"
@@ -48,6 +50,11 @@ def _pip(python: Path, *args: str) -> None:
 def build_bench_serving_venv(target: Path = DEFAULT_VENV) -> Path:
     """Build (or reuse) the venv; returns its python. Built aside, then renamed into place,
     so an interrupted build is never mistaken for a finished one."""
+    with build_lock(target):
+        return _build_bench_serving_venv(target)
+
+
+def _build_bench_serving_venv(target: Path) -> Path:
     python = target / "bin" / "python"
     marker = target / ".glm5svc-ready"
     if marker.is_file() and marker.read_text() == VENV_SPEC and python.exists():

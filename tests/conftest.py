@@ -3,15 +3,19 @@ real argument parser of every stack profile's sglang version."""
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from glm5svc.profiles import known_profiles, load_profile
 from testkit.engine import start_engine
+from testkit.parser_venv import profile_parser_pythons
 
 REPO = Path(__file__).resolve().parents[1]
+PREWARM = pytest.StashKey[subprocess.Popen]()
 
 
 @pytest.fixture
@@ -22,22 +26,42 @@ def engine(tmp_path):
     handle.stop()
 
 
-def parser_python(version: str) -> Path:
-    """Interpreter of a CPU-only venv where sglang `version`'s real parser imports.
-
-    Built once per machine under .cache/venvs (scripts/sglang-parser-venv.sh): the shared
-    base (CPU torch and the parser's imports) about 2 minutes, each version on top of it
-    well under one."""
-    dest = REPO / ".cache" / "venvs" / f"sglang-parser-{version}"
-    subprocess.run(
-        [str(REPO / "scripts" / "sglang-parser-venv.sh"), str(dest), version],
-        check=True,
-        timeout=1800,
-    )
-    return dest / "bin" / "python"
-
-
 @pytest.fixture(scope="session")
 def sglang_parser_pythons() -> dict[str, Path]:
     """{profile name: parser interpreter} for every stack profile."""
-    return {name: parser_python(load_profile(name).sglang_version) for name in known_profiles()}
+    return profile_parser_pythons()
+
+
+def _run_order(item: pytest.Item) -> int:
+    """Longest first, so that under pytest-xdist (--dist loadfile, files in this order) the
+    Molecule scenarios start at once on separate workers and the short files fill in."""
+    if item.get_closest_marker("lxc"):
+        return 0
+    if item.get_closest_marker("slow"):
+        return 1
+    return 2
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=_run_order)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """With GLM5_TEST_PREWARM=1 (scripts/test sets it), the controller starts
+    testkit/prewarm.py in the background: the shared environments build while tests run."""
+    if os.environ.get("GLM5_TEST_PREWARM") != "1" or hasattr(session.config, "workerinput"):
+        return
+    log = REPO / ".cache" / "prewarm.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("w") as out:
+        session.config.stash[PREWARM] = subprocess.Popen(
+            [sys.executable, "-m", "testkit.prewarm"], cwd=REPO, stdout=out,
+            stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    prewarm = session.config.stash.get(PREWARM, None)
+    if prewarm is not None and prewarm.poll() is None:
+        os.killpg(prewarm.pid, signal.SIGTERM)  # builds are atomic: a later run resumes
+        prewarm.wait(timeout=30)

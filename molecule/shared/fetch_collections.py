@@ -12,6 +12,7 @@ Usage: .venv/bin/python molecule/shared/fetch_collections.py
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -73,8 +74,12 @@ def extract(wheel: Path) -> None:
 
 
 def main() -> int:
-    if not installed():
-        extract(download_wheel())
+    TARGET.mkdir(parents=True, exist_ok=True)
+    # Scenarios run in parallel (pytest-xdist): one extracts while the others wait.
+    with open(TARGET / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not installed():
+            extract(download_wheel())
     print(TARGET)
     return 0
 

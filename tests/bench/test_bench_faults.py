@@ -23,6 +23,7 @@ from glm5svc.bench import outputs as outputs_module
 from glm5svc.cli import main
 from glm5svc.errors import Glm5Error
 from testkit.engine import free_port
+from testkit.timing import scaled
 from tests.support.fake_bench_serving import fake_python
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -64,7 +65,7 @@ def alive(pid: int) -> bool:
 
 
 def wait_for(predicate, timeout: float):
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + scaled(timeout)
     while time.monotonic() < deadline:
         if predicate():
             return True

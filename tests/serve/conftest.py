@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from testkit.engine import TEST_ENGINE, free_port
+from testkit.timing import scaled
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -27,8 +28,10 @@ def write_config(tmp_path: Path, mode: str, server: dict | None = None, **servic
         "listen_host": "127.0.0.1",
         "listen_port": free_port(),
         "run_preflight": False,
-        "load_stall_timeout_s": 10,
-        "startup_timeout_s": 60,
+        # Generous: the suite runs in several workers on two cores (scripts/test); the tests
+        # of a stall or a timeout set their own.
+        "load_stall_timeout_s": 45,
+        "startup_timeout_s": 90,
         "probe_interval_s": 0.3,
         "probe_timeout_s": 1,
         "wedge_window_s": 1.5,
@@ -126,6 +129,7 @@ class ServeProcess:
         return json.loads(self.get("/status")[1])
 
     def wait_for(self, predicate, timeout: float, what: str):
+        timeout = scaled(timeout)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
@@ -148,6 +152,7 @@ class ServeProcess:
         return self.wait_for(lambda: (s := self.status()).get("ready") and s, timeout, "ready")
 
     def wait_exit(self, timeout: float) -> int:
+        timeout = scaled(timeout)
         try:
             code = self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
