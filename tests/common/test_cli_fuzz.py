@@ -2,9 +2,9 @@
 and never a traceback. The options and values are drawn from each command's own parser, so
 a new option is covered without touching this file.
 
-Commands that are safe to run here (no GPU, no root, nothing started) run in full through
-glm5svc.cli.main; the others (serve, bench, tune run, preflight, provision, patch, telemetry)
-are parsed only, which is where their options are checked.
+Commands that only read (no GPU needed, no root, nothing started or changed) run in full
+through glm5svc.cli.main; the others (serve, bench, tune run and apply, provision, patch
+apply and revert, telemetry) are parsed only, which is where their options are checked.
 """
 
 from __future__ import annotations
@@ -18,14 +18,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from glm5svc.cli import UsageError, build_parser, main
-from glm5svc.cli_options import subparsers_of
+from glm5svc.cli_options import Number, numeric_type, subparsers_of
 
 PARSER = build_parser()
 COMMANDS = {"": PARSER, **subparsers_of(PARSER)}
 # 0 done, 1 failed/not ready, 2 usage, 3 unreachable/regression, 4 not a glm5svc status,
 # 69 no NVML, 75 port held, 78 bad configuration or option (glm5svc.errors, the commands).
 DOCUMENTED_EXITS = {0, 1, 2, 3, 4, 69, 75, 78}
-RUN_IN_FULL = {"validate", "command", "unit", "status", "bench compare", "tune show"}
+RUN_IN_FULL = {
+    *("validate", "command", "unit", "status", "preflight"),
+    *("bench compare", "tune show", "patch status", "patch list", "patch diff"),
+}
 VALUES = ["nan", "inf", "-inf", "-1", "0", "1", "0.5", "1e400", "64,256", "4h", "x", "", "--"]
 # Real argv has no NUL byte (execve's strings end at one).
 TEXT = st.text(st.characters(blacklist_characters="\0"), max_size=8)
@@ -44,8 +47,9 @@ def fragments(parser: argparse.ArgumentParser):
         flag = st.sampled_from(action.option_strings)
         if action.nargs == 0:
             return st.builds(lambda f: [f], flag)
-        return st.builds(lambda f, v: [f, v], flag, value) | st.builds(
-            lambda f, v: [f"{f}={v}"], flag, value
+        given = numbers(numeric_type(action)) | value if numeric_type(action) else value
+        return st.builds(lambda f, v: [f, v], flag, given) | st.builds(
+            lambda f, v: [f"{f}={v}"], flag, given
         )
 
     chosen = st.lists(st.sampled_from(options), max_size=3) if options else st.just([])
@@ -57,6 +61,14 @@ def fragments(parser: argparse.ArgumentParser):
     flags = [f for a in options for f in a.option_strings]
     loose = st.lists(st.sampled_from(flags) | value if flags else value, max_size=5)
     return st.one_of(well_formed, well_formed, loose)
+
+
+def numbers(number: Number):
+    """Numbers around and inside the option's range, written as a user might."""
+    low = number.range.low or 0
+    high = min(number.range.high or 1e6, 1e6)
+    inside = st.floats(low, high) if number.kind is float else st.integers(int(low), int(high))
+    return (inside | st.floats() | st.integers()).map(str)
 
 
 def free_port() -> int:
@@ -99,6 +111,32 @@ def test_any_command_line_gets_a_documented_exit_and_no_traceback(no_gpu_config,
             assert exc.code == 0, argv
         return
     assert os.environ["GLM5SVC_CONFIG"] == str(no_gpu_config)
+    try:
+        code = main(argv)
+    except SystemExit as exc:
+        code = exc.code
+    assert code in DOCUMENTED_EXITS, (argv, code)
+
+
+RUN_NUMERIC = [
+    pytest.param(path, action, id=f"{path} {action.option_strings[-1]}")
+    for path in sorted(RUN_IN_FULL)
+    for action in COMMANDS[path]._actions  # noqa: SLF001
+    if numeric_type(action)
+]
+
+
+@pytest.mark.parametrize(("path", "action"), RUN_NUMERIC)
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(data=st.data())
+def test_any_number_an_option_takes_runs_to_a_documented_exit(no_gpu_config, path, action, data):
+    value = data.draw(numbers(numeric_type(action)), label="value")
+    positionals = ["x" for a in COMMANDS[path]._actions if not a.option_strings]  # noqa: SLF001
+    argv = [*path.split(), *positionals, f"{action.option_strings[-1]}={value}"]
     try:
         code = main(argv)
     except SystemExit as exc:
