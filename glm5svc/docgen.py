@@ -188,7 +188,10 @@ def _option_row(action: argparse.Action) -> str:
     flags = ", ".join(action.option_strings) or action.dest
     if action.nargs != 0 and action.option_strings:
         flags += f" {action.metavar or action.dest.upper()}"
-    what = (action.help or "") % {"default": action.default, "prog": ""}
+    # A default taken from the running interpreter (unit --venv) is named, not spelt: the
+    # reference must not depend on the machine that generated it.
+    default = "the venv glm5svc runs in" if action.default == sys.prefix else action.default
+    what = (action.help or "") % {"default": default, "prog": ""}
     if action.choices and not isinstance(action.type, Number):
         what = f"{what}; one of {', '.join(map(str, action.choices))}".lstrip("; ")
     what = what.replace("|", "\\|")
