@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from xdist.scheduler import LoadFileScheduling
 
 from testkit.engine import start_engine
 from testkit.parser_venv import profile_parser_pythons
@@ -65,3 +66,19 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if prewarm is not None and prewarm.poll() is None:
         os.killpg(prewarm.pid, signal.SIGTERM)  # builds are atomic: a later run resumes
         prewarm.wait(timeout=30)
+
+
+class FilesAndScenarioPlatforms(LoadFileScheduling):
+    """--dist loadfile, except that each test of a Molecule scenario file (one per platform)
+    is a unit of its own: the platforms of a scenario boot and converge in parallel."""
+
+    def _split_scope(self, nodeid: str) -> str:
+        if nodeid.split("::", 1)[0].endswith("_scenario.py"):
+            return nodeid
+        return super()._split_scope(nodeid)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log) -> LoadFileScheduling | None:
+    if config.getoption("dist") != "loadfile":
+        return None
+    return FilesAndScenarioPlatforms(config, log)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
+EPHEMERAL_ROOT = Path.home() / ".cache" / "molecule" / "glm5svc-per-platform"
 TOOLS = ("lxc-start", "lxc-attach", "mmdebstrap", "gpg", "dpkg-scanpackages", "unshare")
 
 
@@ -24,17 +25,24 @@ def skip_reason() -> str | None:
     return None
 
 
-def run_scenario(name: str, expected_tasks: tuple[str, ...]) -> str:
-    """`molecule test -s NAME`; asserts success and that every expected task ran.
-    Returns Molecule's log as plain words (it wraps and colours its output)."""
+def run_scenario(name: str, expected_tasks: tuple[str, ...], platform: str | None = None) -> str:
+    """`molecule test -s NAME [--platform-name PLATFORM]`; asserts success and that every
+    expected task ran. Returns Molecule's log as plain words (it wraps and colours its output).
+
+    With `platform`, only that platform runs, with its own ephemeral directory, so the
+    platforms of one scenario can run at the same time in separate pytest workers."""
     env = dict(os.environ, PATH=f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}")
     env["COLUMNS"] = "200"
+    only_platform: list[str] = []
+    if platform is not None:
+        only_platform = ["--platform-name", platform]
+        env["MOLECULE_EPHEMERAL_DIRECTORY"] = str(EPHEMERAL_ROOT / f"{name}-{platform}")
     subprocess.run(
         [sys.executable, str(REPO / "molecule" / "shared" / "fetch_collections.py")],
         cwd=REPO, env=env, check=True, capture_output=True,
     )  # fmt: skip
     done = subprocess.run(
-        [str(VENV_BIN / "molecule"), "test", "-s", name],
+        [str(VENV_BIN / "molecule"), "test", "-s", name, *only_platform],
         cwd=REPO, env=env, capture_output=True, text=True,
     )  # fmt: skip
     output = done.stdout + done.stderr
