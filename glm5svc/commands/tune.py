@@ -41,7 +41,7 @@ def register(subparsers):
     run = actions.add_parser(
         "run",
         help="run a tune (or --resume one)",
-        description="Run a tune. Every option's default is in docs/tuning.md.",
+        description="Run a tune: docs/tuning.md explains the options.",
     )
     workload = run.add_argument_group("the workload (what the objective is measured on)")
     add_number(workload, "--concurrency", kind=int, range=POSITIVE, default=256,

@@ -91,3 +91,22 @@ def test_every_option_of_every_command_is_in_the_cli_reference_with_its_help():
                 continue
             assert action.help, f"glm5svc {path} {action.option_strings or action.dest}: no help"
             assert f"`{(action.option_strings or [action.dest])[0]}" in reference
+
+
+def test_option_defaults_said_in_the_tuning_guide_are_the_parsers():
+    """docs/tuning.md explains `tune run`'s options in prose; a default it states is the one
+    the parser has (the parser is the one source, docs/cli.md its generated reference)."""
+    import re
+
+    run = subparsers_of(build_parser())["tune run"]
+    defaults = {  # argparse converts a default given as text when it parses, as here
+        flag: a.type(a.default) if a.type and isinstance(a.default, str) else a.default
+        for a in run._actions  # noqa: SLF001
+        for flag in a.option_strings
+    }
+    text = (docgen.REPO / "docs" / "tuning.md").read_text()
+    stated = re.findall(r"`(--[a-z0-9-]+)`,? \(?default ([0-9.]+)(?: ?([smh])\b)?", text)
+    assert len(stated) >= 3, stated
+    seconds = {"": 1, "s": 1, "m": 60, "h": 3600}
+    for flag, number, unit in stated:
+        assert defaults[flag] == float(number) * seconds[unit], (flag, number, unit)
