@@ -29,7 +29,9 @@ RUN_IN_FULL = {
     *("validate", "command", "unit", "status", "preflight"),
     *("bench compare", "tune show", "patch status", "patch list", "patch diff"),
 }
+# "\udcff": a byte that is not UTF-8, as Python hands it over in sys.argv (surrogateescape).
 VALUES = ["nan", "inf", "-inf", "-1", "0", "1", "0.5", "1e400", "64,256", "4h", "x", "", "--"]
+VALUES += ["\udcff", "/tmp/\udcff"]
 # Real argv has no NUL byte (execve's strings end at one).
 TEXT = st.text(st.characters(blacklist_characters="\0"), max_size=8)
 IGNORED = (argparse._HelpAction, argparse._VersionAction, argparse._SubParsersAction)  # noqa: SLF001
