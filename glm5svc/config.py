@@ -17,20 +17,22 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    Strict,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
+from glm5svc.config_yaml import YamlDocument, parse_yaml, read_config_bytes
 from glm5svc.errors import ConfigError
 from glm5svc.targets import DEFAULT_TARGET, get_target, known_targets
 
 DEFAULT_CONFIG_PATH = Path("/etc/glm5/glm5.yaml")
 CONFIG_ENV_VAR = "GLM5SVC_CONFIG"
-
-_NUMBER_AND_BOOL_TAGS = (
-    "tag:yaml.org,2002:bool",
-    "tag:yaml.org,2002:int",
-    "tag:yaml.org,2002:float",
-)
-LEADING_ZERO_TAG = "tag:glm5svc,2026:leading-zero-number"
 
 NCCL_P2P_LEVELS = ("LOC", "NVL", "PIX", "PXB", "PHB", "SYS")
 # NCCL's legacy integer levels: 0..5 -> LOC, PIX, PXB, PHB, SYS, SYS.
@@ -40,9 +42,13 @@ NCCL_P2P_LEGACY = {0: "LOC", 1: "PIX", 2: "PXB", 3: "PHB", 4: "SYS", 5: "SYS"}
 # overflows threading and socket timeouts (OverflowError) inside `serve`.
 MAX_SECONDS = 30 * 24 * 3600.0
 MAX_COUNT = 2**31 - 1
-Port = Annotated[int, Field(ge=1, le=65535)]
-PositiveInt = Annotated[int, Field(gt=0, le=MAX_COUNT)]
-PositiveFloat = Annotated[float, Field(gt=0, le=MAX_SECONDS)]
+# Strict: an integer key takes an integer only (`port: true` is not --port 1, `port: 1e3`
+# not 1000); a number key takes an integer or a decimal, never true/false.
+Int = Annotated[int, Strict()]
+Number = Annotated[float, Strict()]
+Port = Annotated[Int, Field(ge=1, le=65535)]
+PositiveInt = Annotated[Int, Field(gt=0, le=MAX_COUNT)]
+PositiveFloat = Annotated[Number, Field(gt=0, le=MAX_SECONDS)]
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 LOOPBACK_HOSTS = ("localhost", "::1")
 SECRETS_FILE_KEY = "api-key"
@@ -146,12 +152,12 @@ class GpusSection(Section):
     # expected_count and compute_capability below (sm120: 8 GPUs of 12.0).
     target: str = DEFAULT_TARGET
     """The GPU generation: sm120, sm100 or sm90 (its backends, quantization and host checks)."""
-    expected_count: Annotated[int, Field(ge=1, le=64)] = 8
+    expected_count: Annotated[Int, Field(ge=1, le=64)] = 8
     """GPUs used = tensor parallel size; default: the target's (sm120: 8)."""
     compute_capability: str = Field("12.0", pattern=r"^\d+\.\d+$")
     """The GPUs' compute capability, used when NVML is absent (planning on a machine without the
     GPUs); default: the target's. preflight checks the GPUs against it."""
-    visible_devices: list[Annotated[int, Field(ge=0)]] | None = None
+    visible_devices: list[Annotated[Int, Field(ge=0, le=1023)]] | None = None
     """GPU indices to use, as many as expected_count, e.g. [0, 1, 2, 3]; null: all."""
     nccl_p2p_level: str = "SYS"
     """NCCL_P2P_LEVEL: LOC, NVL, PIX, PXB, PHB or SYS (legacy integers 0-5 are converted)."""
@@ -205,9 +211,9 @@ class TuningSection(Section):
     """sglang's tuning; a null backend or quantization is the target's choice for the model
     (`glm5svc command --explain` gives the reasons)."""
 
-    mem_fraction_static: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.92
+    mem_fraction_static: Annotated[Number, Field(gt=0.0, lt=1.0)] = 0.92
     """Share of GPU memory for the weights and the KV pool (--mem-fraction-static)."""
-    max_running_requests: Annotated[int, Field(ge=1, le=65536)] = 1024
+    max_running_requests: Annotated[Int, Field(ge=1, le=65536)] = 1024
     """Requests the engine runs at once (--max-running-requests)."""
     cuda_graph: bool = False
     """CUDA graphs; the reference deployment ran with them off."""
@@ -235,7 +241,7 @@ class TuningSection(Section):
     """Tokens per prefill chunk (--chunked-prefill-size); null: sglang's default."""
     disable_shared_experts_fusion: bool = False
     """true works around the "3072 vs 6144" load error."""
-    omp_num_threads: Annotated[int, Field(ge=1, le=256)] = 8
+    omp_num_threads: Annotated[Int, Field(ge=1, le=256)] = 8
     """OMP_NUM_THREADS of the server's processes."""
 
 
@@ -253,8 +259,8 @@ class ServiceSection(Section):
 """
     startup_timeout_s: PositiveFloat = 7200.0
     """Seconds from launch to ready, at most."""
-    probe_interval_s: PositiveFloat = 10.0
-    """Seconds between health probes of the engine."""
+    probe_interval_s: Annotated[Number, Field(ge=0.05, le=MAX_SECONDS)] = 10.0
+    """Seconds between health probes of the engine (at least 0.05: more often busies it)."""
     probe_timeout_s: PositiveFloat = 30.0
     """Seconds one probe may take."""
     wedge_window_s: PositiveFloat = 300.0
@@ -270,9 +276,9 @@ class TelemetrySection(Section):
 
     enabled: bool = True
     """Sample the GPUs while serving."""
-    period_s: Annotated[float, Field(ge=0.05, le=60)] = 1.0
+    period_s: Annotated[Number, Field(ge=0.05, le=60)] = 1.0
     """Seconds between samples of power, clocks, utilisation and memory."""
-    pcie_period_s: Annotated[float, Field(ge=0.001, le=0.05)] = 0.02
+    pcie_period_s: Annotated[Number, Field(ge=0.001, le=0.05)] = 0.02
     """The shortest interval, in seconds, between reads of the 32-bit PCIe counters (on GPUs
     without GPM): the sampler reads them less often while traffic is low, never later than 80 %
     of their wrap time (~68 ms at PCIe 5 x16); docs/performance-telemetry.md."""
@@ -308,17 +314,17 @@ class BenchmarkSection(Section):
     """Prompts per level = max(min_prompts, prompts_per_concurrency x concurrency)."""
     min_prompts: PositiveInt = 128
     """The fewest prompts a level gets."""
-    warmup_requests: Annotated[int, Field(ge=0)] = 16
+    warmup_requests: Annotated[Int, Field(ge=0, le=MAX_COUNT)] = 16
     """Requests before each level, not measured."""
-    seed: Annotated[int, Field(ge=0, le=MAX_COUNT)] = 1
+    seed: Annotated[Int, Field(ge=0, le=MAX_COUNT)] = 1
     """bench_serving's random seed."""
-    knee_gain_pct: Annotated[float, Field(ge=0, le=100)] = 10.0
+    knee_gain_pct: Annotated[Number, Field(ge=0, le=100)] = 10.0
     """The knee: the first level after which more concurrency adds less than this many percent of
     throughput while latency grows."""
-    underused_power_share: Annotated[float, Field(gt=0, le=1)] = 0.6
+    underused_power_share: Annotated[Number, Field(gt=0, le=1)] = 0.6
     """GPUs averaging under this share of their power limit at the best level count as under-used.
 """
-    regression_threshold_pct: Annotated[float, Field(gt=0, le=100)] = 5.0
+    regression_threshold_pct: Annotated[Number, Field(gt=0, le=100)] = 5.0
     """A figure more than this many percent below the baseline's is a regression."""
     baseline: str | None = "reference-8x-rtx-pro-6000"
     """The baseline to compare with: a shipped name, a run directory or a summary file; null: none.
@@ -370,9 +376,9 @@ class MultinodeSection(Section):
     same config on every host but node_rank. docs/scale-out.md says when and what the network
     must provide."""
 
-    nnodes: Annotated[int, Field(ge=1, le=64)] = 1
+    nnodes: Annotated[Int, Field(ge=1, le=64)] = 1
     """Hosts in the engine (1: this host only); --tp-size = gpus.expected_count x nnodes."""
-    node_rank: Annotated[int, Field(ge=0)] = 0
+    node_rank: Annotated[Int, Field(ge=0, le=63)] = 0
     """This host's rank, 0..nnodes-1 (rank 0 serves HTTP)."""
     dist_init_addr: str | None = None
     """Rank 0's host:port for torch.distributed's rendezvous, the same on every node."""
@@ -525,136 +531,133 @@ def load_config(path: str | os.PathLike | None = None) -> Config:
     """Load and validate the config file; raises ConfigError listing every problem."""
     config_path = resolve_config_path(path)
     try:
-        text = config_path.read_text(encoding="utf-8")
+        text = read_config_bytes(config_path)
     except FileNotFoundError:
         raise ConfigError(
             f"{config_path}: no such file. Create it (example: {example_config_path()}) "
             f"or pass --config / set {CONFIG_ENV_VAR}."
         ) from None
     except OSError as exc:
-        raise ConfigError(f"{config_path}: cannot read: {exc.strerror}") from None
+        raise ConfigError(
+            f"{config_path}: cannot read: {exc.strerror or exc}; make it a file readable by "
+            "this user"
+        ) from None
     return parse_config(text, source=str(config_path))
 
 
-class ConfigLoader(yaml.SafeLoader):
-    """YAML as people mean it: only true/false are booleans, and no silent octal.
-
-    PyYAML implements YAML 1.1, where `on`, `off`, `yes`, `no`, `y`, `n` are booleans
-    (the documented `radix_cache: off` would arrive as False) and `030000` is octal 12288;
-    `1:30` is sexagesimal 90. Here `on`/`off`/`yes`/`no` stay strings (pydantic still
-    reads them as booleans where a boolean is expected), a number with a leading zero is
-    refused, and sexagesimal numbers stay strings.
-    """
-
-
-ConfigLoader.yaml_implicit_resolvers = {
-    first: [(tag, regexp) for tag, regexp in resolvers if tag not in _NUMBER_AND_BOOL_TAGS]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
-ConfigLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
-)
-ConfigLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:int",
-    re.compile(r"^(?:[-+]?(?:0|[1-9][0-9_]*)|0x[0-9a-fA-F_]+)$"),
-    list("-+0123456789"),
-)
-ConfigLoader.add_implicit_resolver(LEADING_ZERO_TAG, re.compile(r"^[-+]?0[0-9_]+$"), list("-+0"))
-ConfigLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(
-        r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?"""
-        r"""|[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)"""
-        r"""|\.[0-9_]+(?:[eE][-+][0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"""
-    ),
-    list("-+0123456789."),
-)
-
-
-def _refuse_leading_zero(loader: yaml.SafeLoader, node: yaml.Node):
-    raise yaml.constructor.ConstructorError(
-        None,
-        None,
-        f"the number {node.value} has a leading zero: YAML 1.1 reads it as octal "
-        f"({_octal_reading(node.value)}), other readers as decimal; write it without the "
-        "leading zero, or quote it if a string is meant",
-        node.start_mark,
-    )
-
-
-def _octal_reading(text: str) -> str:
-    try:
-        return str(int(text.replace("_", ""), 8))
-    except ValueError:
-        return "not a valid octal number"
-
-
-ConfigLoader.add_constructor(LEADING_ZERO_TAG, _refuse_leading_zero)
-
-
-def _nul_problems(data: Any, path: str = "") -> list[str]:
-    """Strings with a NUL byte (no path, name or argument can hold one), by key path."""
-    if isinstance(data, str):
-        return (
-            [f"{path or '(top level)'}: contains a NUL character (\\0); remove it"]
-            if ("\0" in data)
-            else []
-        )
-    if isinstance(data, dict):
-        problems = []
-        for key, value in data.items():
-            where = f"{path}.{key}" if path else str(key)
-            if isinstance(key, str) and "\0" in key:
-                problems.append(f"{where!r}: the key contains a NUL character (\\0)")
-            problems += _nul_problems(value, where)
-        return problems
-    if isinstance(data, list):
-        return [p for i, item in enumerate(data) for p in _nul_problems(item, f"{path}.{i}")]
-    return []
-
-
 def parse_config(text: str, source: str = "<config>") -> Config:
-    try:
-        data = yaml.load(text, Loader=ConfigLoader)  # noqa: S506 - a SafeLoader subclass
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{source}: not valid YAML: {exc}") from None
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
+    document = parse_yaml(text, source)
+    if document.data is None:
+        document = YamlDocument({})
+    if not isinstance(document.data, dict):
         raise ConfigError(
-            f"{source}: the top level must be a mapping of sections "
-            f"({', '.join(Config.model_fields)}), got {type(data).__name__}"
+            f"{source}, line 1: the top level must be a mapping of sections "
+            f"({', '.join(Config.model_fields)}), got {_yaml_kind(document.data)}; start "
+            "with a section name, e.g. 'server:'"
         )
-    return config_from_mapping(data, source)
+    return config_from_mapping(document.data, source, document)
 
 
-def config_from_mapping(data: dict[str, Any], source: str = "<config>") -> Config:
-    nul = _nul_problems(data)
+def config_from_mapping(
+    data: dict[str, Any], source: str = "<config>", document: YamlDocument | None = None
+) -> Config:
+    """The Config for a mapping read from `source`; `document` gives the lines of its keys."""
+    document = document or YamlDocument(data)
+    nul = [_at(document, path, problem) for path, problem in _nul_problems(data, ())]
     if nul:
         raise ConfigError(f"{source}: {len(nul)} problem(s)", problems=nul)
     try:
         return Config.model_validate(data)
     except ValidationError as exc:
-        problems = [describe_error(err) for err in exc.errors()]
+        problems = [describe_error(err, document) for err in exc.errors()]
         raise ConfigError(f"{source}: {len(problems)} problem(s)", problems=problems) from None
+    except RecursionError:  # a structure parse_yaml did not make (a cycle built in code)
+        raise ConfigError(f"{source}: a value contains itself; write it out") from None
 
 
-def describe_error(err: dict[str, Any]) -> str:
-    """One readable line per pydantic error: key path, what was wrong, what is allowed."""
-    loc = [str(part) for part in err["loc"]]
-    key = ".".join(loc) or "(top level)"
+def _nul_problems(data: Any, path: tuple[Any, ...]) -> list[tuple[tuple[Any, ...], str]]:
+    """Strings with a NUL byte (no path, name or argument can hold one), by key path."""
+    if isinstance(data, str):
+        return [(path, "contains a NUL character (\\0); remove it")] if "\0" in data else []
+    if isinstance(data, dict):
+        problems = []
+        for key, value in data.items():
+            if isinstance(key, str) and "\0" in key:
+                problems.append(((*path, key), "the key contains a NUL character (\\0)"))
+            problems += _nul_problems(value, (*path, key))
+        return problems
+    if isinstance(data, list):
+        return [p for i, item in enumerate(data) for p in _nul_problems(item, (*path, i))]
+    return []
+
+
+def _at(document: YamlDocument | None, loc: tuple[Any, ...] | list[Any], problem: str) -> str:
+    """`line N: key.path: problem` (no line when the mapping did not come from a file)."""
+    key = ".".join(str(part) for part in loc) or "(top level)"
+    if "\0" in key:
+        key = repr(key)
+    line = document.line_of(loc) if document is not None else None
+    return f"line {line}: {key}: {problem}" if line else f"{key}: {problem}"
+
+
+# pydantic's error types, said as what the key must be and how to write it.
+_MUST_BE = {
+    "int_type": "must be a whole number, e.g. 8 (not true/false, not 8.0 or 1e3)",
+    "int_parsing": "must be a whole number, e.g. 8 (not true/false, not 8.0 or 1e3)",
+    "int_from_float": "must be a whole number, e.g. 8 (not true/false, not 8.0 or 1e3)",
+    "float_type": "must be a number, e.g. 0.5 or 30 (not true/false)",
+    "float_parsing": "must be a valid number, e.g. 0.5 or 30 (not true/false)",
+    "bool_type": "must be true or false",
+    "bool_parsing": "must be true or false",
+    "string_type": 'must be text; quote it ("...") if YAML reads it as something else',
+    "path_type": "must be a path (text), e.g. /models/GLM-5-NVFP4",
+    "list_type": "must be a list: [a, b], or one '- item' per line",
+    "dict_type": "must be a mapping: 'key: value' lines indented under it",
+    "model_type": "must be a mapping: 'key: value' lines indented under it",
+    "model_attributes_type": "must be a mapping: 'key: value' lines indented under it",
+    "finite_number": "must be a finite number (not .inf, .nan, or beyond 1e308)",
+    "string_too_short": "must not be empty",
+}
+
+
+def describe_error(err: dict[str, Any], document: YamlDocument | None = None) -> str:
+    """One readable line per pydantic error: line, key path, what was wrong, what is allowed."""
+    loc = list(err["loc"])
     kind = err["type"]
     given = err.get("input")
     if kind == "extra_forbidden":
-        return f"{key}: unknown key{_did_you_mean(loc)}"
+        return _at(document, loc, f"unknown key{_did_you_mean([str(p) for p in loc])}")
     if kind == "literal_error":
-        return f"{key}: {given!r} is not allowed; expected {err['ctx']['expected']}"
-    message = err["msg"].removeprefix("Value error, ")
-    return f"{key}: {message} (got {given!r})" if _short(given) else f"{key}: {message}"
+        expected = err["ctx"]["expected"]
+        return _at(document, loc, f"{_shown(given)} is not allowed; expected {expected}")
+    message = _MUST_BE.get(kind) or err["msg"].removeprefix("Value error, ")
+    message = message.replace("Input should be", "must be").replace("String should", "must")
+    if _short(given) and not _says_value(message, given):
+        message = f"{message} (got {_shown(given)})"
+    return _at(document, loc, message)
+
+
+def _says_value(message: str, given: Any) -> bool:
+    """Whether a validator's message already shows the value (no "(got x) (got x)")."""
+    return "(got " in message or (isinstance(given, str) and f"'{given}'" in message)
+
+
+def _shown(value: Any) -> str:
+    """A value as YAML writes it: true, null, 'text', 8."""
+    if isinstance(value, bool) or value is None:
+        return {True: "true", False: "false", None: "null"}[value]
+    return repr(value)
+
+
+_YAML_KINDS = {list: "a list", str: "text", bool: "true/false", int: "a number", float: "a number"}
+
+
+def _yaml_kind(value: Any) -> str:
+    return _YAML_KINDS.get(type(value), type(value).__name__)
 
 
 def _short(value: Any) -> bool:
-    return not isinstance(value, dict | list) and len(repr(value)) < 80
+    return not isinstance(value, dict | list | set | tuple) and len(_shown(value)) < 80
 
 
 def _did_you_mean(loc: list[str]) -> str:

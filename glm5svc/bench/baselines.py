@@ -42,9 +42,14 @@ def load_baseline(ref: str | Path) -> dict[str, Any]:
             "a results directory with summary.json, or a JSON file"
         )
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"baseline {path}: cannot read it as JSON: {exc}") from None
+        data = json.loads(path.read_bytes())
+    except OSError as exc:
+        raise ConfigError(f"baseline {path}: cannot read: {exc.strerror or exc}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise ConfigError(
+            f"baseline {path}: not JSON ({_json_problem(exc)}); give a summary.json "
+            "written by glm5svc bench, or a baseline file"
+        ) from None
     return _from_data(data, str(path))
 
 
@@ -53,9 +58,17 @@ def load_summary(ref: str | Path) -> BenchSummary:
     if path.is_dir():
         path = path / SUMMARY_FILE
     try:
-        return BenchSummary.from_dict(json.loads(path.read_text(encoding="utf-8")))
-    except (OSError, json.JSONDecodeError, ValueError, KeyError) as exc:
+        return BenchSummary.from_dict(json.loads(path.read_bytes()))
+    except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
         raise ConfigError(f"{ref}: not a readable glm5svc bench summary: {exc}") from None
+
+
+def _json_problem(exc: Exception) -> str:
+    if isinstance(exc, json.JSONDecodeError):
+        return f"line {exc.lineno}, column {exc.colno}: {exc.msg}"
+    if isinstance(exc, UnicodeDecodeError):
+        return f"not UTF-8: byte 0x{exc.object[exc.start]:02x} at offset {exc.start}"
+    return "nested too deeply"
 
 
 def baseline_from_summary(summary: BenchSummary, source: str) -> dict[str, Any]:

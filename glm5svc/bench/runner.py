@@ -177,7 +177,7 @@ def run_level(
     elif timed_out.is_set():
         error = (
             f"bench_serving did not finish within {level_timeout:.0f} s and was stopped "
-            "(--level-timeout; the default comes from the level's workload)"
+            "(glm5svc bench --level-timeout; the default comes from the level's workload)"
         )
     elif returncode != 0:
         error = f"bench_serving exited with status {returncode}: {_last_error_line(tail)}"

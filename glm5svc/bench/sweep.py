@@ -19,7 +19,7 @@ from glm5svc.bench.plan import BenchPlan
 from glm5svc.bench.results import BenchSummary
 from glm5svc.bench.runner import ProgressCallback, run_ladder
 from glm5svc.bench.verdicts import all_verdicts
-from glm5svc.errors import Glm5Error
+from glm5svc.errors import ConfigError, Glm5Error
 from glm5svc.json_output import now_utc
 from glm5svc.telemetry import Sampler
 
@@ -35,7 +35,17 @@ class Judgement:
 
     @classmethod
     def from_config(cls, config: Any, baseline: str | None = None) -> Judgement:
+        """The config's thresholds; `baseline` (a --baseline) replaces benchmark.baseline,
+        which must load (ConfigError naming the key), as `validate` checks."""
         bench = config.benchmark
+        if baseline is None and bench.baseline:
+            try:
+                load_baseline(bench.baseline)
+            except ConfigError as exc:
+                raise ConfigError(
+                    f"benchmark.baseline: {exc}; set it to one of those, or null for no comparison",
+                    problems=exc.problems,
+                ) from None
         return cls(
             knee_gain_pct=bench.knee_gain_pct,
             underused_power_share=bench.underused_power_share,
@@ -61,7 +71,8 @@ def new_run_dir(results_root: Path, kind: str, under: str = "bench") -> Path:
         except OSError as exc:
             raise Glm5Error(
                 f"cannot make the run directory {candidate}: {exc.strerror or exc}; "
-                "free space there or choose another place (--results-dir, or tune's --run-dir)"
+                "free space there or choose another place (service.results_dir, glm5svc "
+                "bench --results-dir, glm5svc tune --run-dir)"
             ) from None
         candidate.chmod(RUN_DIR_MODE)  # results are not for other users (plans, logs)
         return candidate
@@ -124,7 +135,8 @@ def run_benchmark(
         raise Glm5Error(
             f"cannot write the benchmark results: {where}: {exc.strerror or exc}; "
             f"nothing was kept{' (removed ' + str(run_dir) + ')' if made_here else ''}. "
-            "Free space there or choose another place with --results-dir"
+            "Free space there or choose another place (service.results_dir, glm5svc bench "
+            "--results-dir)"
         ) from None
 
 
@@ -181,7 +193,8 @@ def _nothing_measured(reason: str, levels: list, plan: BenchPlan) -> str:
     if any(level.returncode not in (0, None) for level in levels):
         reason += (
             f"; bench_serving ran with {plan.python} (benchmark.python, else server.python; "
-            "--python overrides): it needs sglang and what sglang.bench_serving imports"
+            "glm5svc bench --python overrides): it needs sglang and what sglang.bench_serving "
+            "imports"
         )
     return reason + "; nothing was measured, so no results were kept"
 

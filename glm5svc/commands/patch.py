@@ -34,7 +34,7 @@ from glm5svc.patches.engine import (
     revert_patch,
 )
 from glm5svc.patches.files import PatchWriteError
-from glm5svc.patches.install import locate_sglang
+from glm5svc.patches.install import SglangNotFound, locate_sglang
 from glm5svc.patches.report import PatchReport, patch_report
 from glm5svc.patches.spec import load_patches
 
@@ -95,7 +95,12 @@ def _target(args):
         return locate_sglang(python=Path(args.python))
     path = resolve_config_path(args.config)
     config = load_config(path) if path.exists() or args.config else Config()
-    return locate_sglang(python=config.server.python)
+    try:
+        return locate_sglang(python=config.server.python)
+    except SglangNotFound as exc:
+        raise SglangNotFound(
+            f"{exc}, or point patch elsewhere with --python PATH / --site-packages DIR"
+        ) from None
 
 
 def _status(args, report: PatchReport) -> int:

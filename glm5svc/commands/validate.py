@@ -1,10 +1,22 @@
-"""`glm5svc validate`: check a configuration file and report every problem (exit 78)."""
+"""`glm5svc validate`: check a configuration file and report every problem (exit 78).
+
+It applies every rule the other commands apply to the configuration, through the same
+functions and in the same order, so a file it calls valid is not refused later by
+`command`, `serve`, `preflight` or `bench` (and each refusal reads the same).
+"""
 
 from __future__ import annotations
 
 import sys
 
-from glm5svc.config import exposure_warning, load_config, read_api_key, resolve_config_path
+from glm5svc.bench import Judgement, plan_from_config
+from glm5svc.config import (
+    Config,
+    exposure_warning,
+    load_config,
+    read_api_key,
+    resolve_config_path,
+)
 from glm5svc.json_output import emit
 from glm5svc.launch_plan import plan_for_service
 
@@ -22,8 +34,7 @@ def register(subparsers):
 def run(args) -> int:
     path = args.path or args.config
     config = load_config(path)
-    read_api_key(config.server.api_key_file)  # unreadable or unusable keys: exit 78
-    plan_for_service(config)  # the plan's rules (extra_args, ports per sglang): exit 78
+    check_config(config)
     warning = exposure_warning(config)
     if args.json:
         emit(
@@ -35,3 +46,16 @@ def run(args) -> int:
     if warning:
         print(f"WARNING: {warning}", file=sys.stderr)
     return 0
+
+
+def check_config(config: Config) -> None:
+    """The commands' rules past loading; the first broken one raises its ConfigError."""
+    plan_for_service(config)  # command, serve: extra_args, ports, flags per sglang version
+    read_api_key(config.server.api_key_file)  # serve, bench: the key must reach sglang
+    plan_from_config(config)  # bench: the benchmark plan
+    Judgement.from_config(config)  # bench, serve's post-start run: benchmark.baseline
+    post_start = config.benchmark.post_start
+    if post_start.enabled:
+        plan_from_config(
+            config, ladder=list(post_start.ladder), num_prompts=post_start.num_prompts_per_level
+        )

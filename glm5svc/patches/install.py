@@ -63,7 +63,7 @@ def _from_python(python: Path, pythonpath: str | None = None) -> SglangInstall:
     if not python.exists():
         raise SglangNotFound(
             f"no Python interpreter at {python}: create the service venv (container role) "
-            "or point elsewhere with --python PATH / --site-packages DIR (server.python)"
+            "or set server.python to the venv's interpreter"
         )
     # -I ignores PYTHON* variables and the user site; with a PYTHONPATH: -s and only that one.
     isolation = ["-I"] if not pythonpath else ["-s"]

@@ -15,7 +15,8 @@ from typing import Any
 import yaml
 
 from glm5svc.atomic_file import write_atomic
-from glm5svc.config import ConfigLoader, config_from_mapping, resolve_config_path
+from glm5svc.config import config_from_mapping, resolve_config_path
+from glm5svc.config_yaml import ConfigLoader
 from glm5svc.errors import ConfigError, Glm5Error
 from glm5svc.launch_plan import plan_for_service
 from glm5svc.tune.guard import UNIT, unit_active

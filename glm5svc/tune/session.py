@@ -15,10 +15,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from glm5svc.bench.sweep import new_run_dir, telemetry_sampler
-from glm5svc.config import Config, ConfigLoader, config_from_mapping, resolve_config_path
+from glm5svc.config import Config, config_from_mapping, resolve_config_path
+from glm5svc.config_yaml import parse_yaml, read_config_bytes
 from glm5svc.errors import ConfigError, Glm5Error
 from glm5svc.gpus import detect_gpus
 from glm5svc.json_output import now_utc
@@ -50,9 +49,10 @@ class TuneRequest:
 
 def read_mapping(path: Path) -> dict[str, Any]:
     try:
-        data = yaml.load(path.read_text(encoding="utf-8"), Loader=ConfigLoader)  # noqa: S506
-    except (OSError, UnicodeDecodeError, RecursionError, yaml.YAMLError) as exc:
-        raise ConfigError(f"{path}: cannot read the configuration: {exc}") from None
+        text = read_config_bytes(path)
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the configuration: {exc.strerror or exc}") from None
+    data = parse_yaml(text, str(path)).data
     if data is not None and not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of sections")
     return data or {}

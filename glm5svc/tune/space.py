@@ -16,7 +16,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
-from glm5svc.config import Config, ConfigLoader, config_from_mapping, describe_error
+from glm5svc.config import Config, config_from_mapping, describe_error
+from glm5svc.config_yaml import ConfigLoader
 from glm5svc.errors import ConfigError
 from glm5svc.sglang_flags import version_problem
 

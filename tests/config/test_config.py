@@ -40,7 +40,7 @@ def test_legacy_integer_p2p_level_becomes_a_name():
 
 BAD_CONFIGS = [
     ("tuning: {mem_fraction_static: 1.5}", "tuning.mem_fraction_static", "less than 1"),
-    ("tuning: {mem_fraction_static: fast}", "tuning.mem_fraction_static", "valid number"),
+    ("tuning: {mem_fraction_static: fast}", "tuning.mem_fraction_static", "must be a number"),
     (
         "tuning: {max_runing_requests: 64}",
         "tuning.max_runing_requests",
@@ -78,7 +78,7 @@ def test_bad_config_names_key_and_problem(text, where, what):
     with pytest.raises(ConfigError) as caught:
         parse_config(text, source="glm5.yaml")
     rendered = caught.value.render()
-    assert rendered.startswith("glm5.yaml: ")
+    assert rendered.startswith(("glm5.yaml: ", "glm5.yaml, line "))
     assert where in rendered
     assert what in rendered
     assert caught.value.exit_status == EXIT_CONFIG

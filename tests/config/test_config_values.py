@@ -47,7 +47,7 @@ def test_values_are_read_as_meant(text, check):
         ("server: {env: {1ABC: x}}", "not a valid environment variable name"),
         ("server: {env: {A-B: x}}", "not a valid environment variable name"),
         ("server: {env: {A: x}, secret_env: [B]}", "server.env does not set"),
-        ("service: {listen_port: 1:30}", "valid integer"),
+        ("service: {listen_port: 1:30}", "whole number"),
     ],
 )
 def test_values_that_mean_something_else_are_refused(text, said):
