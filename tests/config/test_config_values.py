@@ -96,3 +96,83 @@ def test_command_explain_warns_when_the_engine_is_open_without_a_key(tmp_path):
     )  # fmt: skip
     assert run.returncode == 0, run.stderr
     assert "# WARNING: the engine listens on 0.0.0.0:30000 with no API key" in run.stdout
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("server:\n  host: 127.0.0.1\n\n  port: true\n", "line 4: server.port: must be a whole"),
+        ("server: {port: 1e3}", "line 1: server.port: must be a whole number"),
+        ("gpus:\n  expected_count: 8.0\n", "line 2: gpus.expected_count: must be a whole"),
+        ("tuning:\n  omp_num_threads: yes\n", "line 2: tuning.omp_num_threads: must be a whole"),
+        ("telemetry:\n  period_s: true\n", "line 2: telemetry.period_s: must be a number"),
+        ("service:\n  drain_timeout_s: 0\n", "line 2: service.drain_timeout_s: must be greater"),
+        ("service:\n  probe_interval_s: 0.0001\n", "greater than or equal to 0.05"),
+        ("multinode: {node_rank: 99}", "less than or equal to 63"),
+        (
+            "server:\n  port: 1\n  port: 2\n",
+            "line 3: the key 'port' is given twice (lines 2 and 3)",
+        ),
+        ("a: &a {b: *a}\n", "line 1: an alias refers to a value that contains it"),
+        ("server: {port: !!binary MQ==}", "the tag !!binary is not used"),
+        ("server: {port: !port 1}", "the tag '!port' is not known here"),
+        ("server: {1: x}", "the key 1 is read as a number, not as a name"),
+        ("tuning: {radix_cache: !!bool yes}", "'auto', 'on' or 'off'"),
+        ("model: {served_name: 2026-01-02}", None),
+        ("[" * 200 + "]" * 200, "nested"),
+        ('model: {served_name: "\\ud800"}', "half of a UTF-16 pair"),
+        ("x: " + "9" * 5000, "too many digits"),
+    ],
+)
+def test_read_as_written_or_refused_with_the_line(text, said):
+    if said is None:  # a date stays the text written
+        assert parse_config(text).model.served_name == "2026-01-02"
+        return
+    with pytest.raises(ConfigError) as caught:
+        parse_config(text, source="glm5.yaml")
+    rendered = caught.value.render()
+    assert rendered.startswith("glm5.yaml")
+    assert said in rendered
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("fleet: {replicas: [ftp://x]}", "'ftp://x' is not an http(s):// URL"),
+        ("model: {path: models/x}", "must be an absolute path (got 'models/x')"),
+        ("multinode: {nnodes: 2, dist_init_addr: x}", "'x' is not host:port"),
+    ],
+)
+def test_the_value_is_said_once(text, said):
+    with pytest.raises(ConfigError) as caught:
+        parse_config(text, source="glm5.yaml")
+    rendered = caught.value.render()
+    assert said in rendered
+    assert rendered.count("(got ") <= 1 and "(got 'x') (got 'x')" not in rendered
+
+
+def test_a_mapping_from_code_has_no_line_but_names_the_key():
+    from glm5svc.config import config_from_mapping
+
+    with pytest.raises(ConfigError) as caught:
+        config_from_mapping({"server": {"port": True}}, "trial")
+    assert caught.value.problems[0].startswith("server.port: must be a whole number")
+
+
+def test_merge_keys_still_work_and_name_their_lines():
+    text = "x: &base {port: 31000}\nserver: {<<: *base, host: 127.0.0.1}\n"
+    with pytest.raises(ConfigError) as caught:  # x is no section
+        parse_config(text, source="glm5.yaml")
+    assert caught.value.problems == [
+        "line 1: x: unknown key (allowed here: model, server, gpus, tuning, service, "
+        "telemetry, benchmark, fleet, multinode)"
+    ]
+
+
+def test_bench_compare_on_a_file_that_is_not_utf8_is_exit_78(tmp_path, capsys):
+    bad = tmp_path / "summary.json"
+    bad.write_bytes(b'{"levels": "caf\xe9"}')
+    status = main(["bench", "compare", str(bad), "reference-8x-rtx-pro-6000", "--threshold", "5"])
+    assert status == EXIT_CONFIG
+    err = capsys.readouterr().err
+    assert f"baseline {bad}: not JSON (not UTF-8: byte 0xe9 at offset 15)" in err
