@@ -120,8 +120,10 @@ def _unknown_tag(loader: yaml.SafeLoader, node: yaml.Node):
 def _int(loader: yaml.SafeLoader, node: yaml.Node) -> int:
     try:
         return yaml.SafeLoader.construct_yaml_int(loader, node)
-    except ValueError:  # more digits than Python converts (sys.get_int_max_str_digits)
-        raise _constructor_error(node, "the number has too many digits") from None
+    except ValueError:  # `!!int yes`, or more digits than Python converts
+        too_long = re.fullmatch(r"[-+]?[0-9_]+", node.value)
+        problem = "the number has too many digits" if too_long else "not a whole number"
+        raise _constructor_error(node, f"{node.value[:20]!r}: {problem}") from None
 
 
 def _float(loader: yaml.SafeLoader, node: yaml.Node) -> float:
@@ -132,14 +134,24 @@ def _float(loader: yaml.SafeLoader, node: yaml.Node) -> float:
 
 
 def _bool(loader: yaml.SafeLoader, node: yaml.Node) -> bool:
-    return loader.construct_scalar(node).lower() == "true"
+    value = loader.construct_scalar(node)
+    if value.lower() not in ("true", "false"):
+        raise _constructor_error(node, f"{value[:20]!r} is not true or false; write one of them")
+    return value.lower() == "true"
+
+
+def _null(loader: yaml.SafeLoader, node: yaml.Node) -> None:
+    if loader.construct_scalar(node) not in ("", "~", "null", "Null", "NULL"):
+        raise _constructor_error(node, f"{node.value[:20]!r} is not null; write null")
 
 
 ConfigLoader.add_constructor(LEADING_ZERO_TAG, _refuse_leading_zero)
 ConfigLoader.add_constructor("tag:yaml.org,2002:int", _int)
 ConfigLoader.add_constructor("tag:yaml.org,2002:float", _float)
-# An explicit !!bool on `yes` would otherwise be True through YAML 1.1's table.
+# Explicit !!bool and !!null take what they mean only (PyYAML: `!!bool yes` is True,
+# `!!null anything` is None).
 ConfigLoader.add_constructor("tag:yaml.org,2002:bool", _bool)
+ConfigLoader.add_constructor("tag:yaml.org,2002:null", _null)
 ConfigLoader.add_constructor(None, _unknown_tag)
 for _tag in REFUSED_TAGS:
     ConfigLoader.add_constructor(_tag, _refuse_tag)
