@@ -173,4 +173,4 @@ def test_bench_interpreter_comes_from_benchmark_python_then_server_python():
     assert plan_from_config(config, python="/usr/bin/python3").python == "/usr/bin/python3"
     with pytest.raises(ConfigError) as bad:
         parse_config("benchmark: {python: [1]}")
-    assert bad.value.problems[0].startswith("benchmark.python: ")
+    assert bad.value.problems[0].startswith("line 1: benchmark.python: ")
