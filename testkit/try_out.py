@@ -1,0 +1,217 @@
+"""The GPU-free try-out behind `scripts/try`: glm5svc as an operator sees it, on loopback.
+
+No GPU, no root, nothing outside the checkout: the test engine (testkit/sglang_test_engine.py,
+standing in for sglang.launch_server) under `glm5svc serve`, `glm5svc status` once it is
+ready, a small `glm5svc bench` ladder with the real sglang 0.5.9 bench_serving, then a
+clean stop (SIGTERM, as systemd stops glm5.service; serve drains and exits 0) and
+`glm5svc status` saying nothing listens (exit 3).
+
+Runs with any Python 3.11+ (standard library only); glm5svc runs in a venv:
+- `.venv` when `scripts/setup-dev.sh` made it, else `.cache/venvs/try`, built here with
+  glm5svc's dependencies from pyproject.toml except systemd-python (it compiles against
+  libsystemd's headers, which need root to install; outside systemd glm5svc logs to stderr
+  and sends no notify messages, so it is not needed), and sglang 0.5.9's bench_serving with
+  its few dependencies (testkit/bench_venv.py's spec) in the same venv;
+- bench_serving: the tests' venv `.cache/venvs/sglang-0.5.9-bench` when it is built, else
+  the try venv.
+What is specific to the try-out (the test engine as server.command, preflight off since
+there is no GPU to check, loopback ports) is in the configuration it writes and prints.
+Everything goes to .cache/try/ (git-ignored): the configuration, serve's log, the results.
+
+    python3 -m testkit.try_out [--keep-running] [--short]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+from testkit.bench_venv import (
+    BENCH_SERVING_DEPS,
+    DEFAULT_VENV,
+    SGLANG_VERSION,
+    TOKENIZER_SCRIPT,
+    VENV_SPEC,
+)
+from testkit.engine import TEST_ENGINE, free_port
+
+REPO = Path(__file__).resolve().parents[1]
+TRY_VENV = REPO / ".cache" / "venvs" / "try"
+WORK = REPO / ".cache" / "try"
+# Needs root to build (libsystemd headers); glm5svc works without it outside systemd.
+NOT_NEEDED = ("systemd-python",)
+LADDER = ["4", "16"]
+READY_TIMEOUT_S = 60
+STOP_TIMEOUT_S = 30
+
+
+def say(text: str) -> None:
+    print(f"try: {text}", flush=True)
+
+
+def glm5svc_requirements() -> list[str]:
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    return [
+        dep for dep in project["dependencies"] if not dep.replace(" ", "").startswith(NOT_NEEDED)
+    ]
+
+
+def _imports(python: Path, modules: str) -> bool:
+    if not python.exists():
+        return False
+    check = subprocess.run([str(python), "-c", f"import {modules}"], capture_output=True)
+    return check.returncode == 0
+
+
+def _pip(python: Path, *args: str) -> None:
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *args],
+        check=True,
+    )
+
+
+def ensure_venvs() -> tuple[Path, Path]:
+    """(the interpreter that runs glm5svc, the one that runs bench_serving)."""
+    glm5svc_modules = "yaml, pydantic, rich, prometheus_client, matplotlib, optuna, packaging"
+    dev = REPO / ".venv" / "bin" / "python"
+    bench = DEFAULT_VENV / "bin" / "python"
+    bench_ready = (DEFAULT_VENV / ".glm5svc-ready").is_file() and bench.exists()
+    if _imports(dev, glm5svc_modules) and bench_ready:
+        return dev, bench
+    spec = " ".join([*glm5svc_requirements(), VENV_SPEC])
+    python = TRY_VENV / "bin" / "python"
+    marker = TRY_VENV / ".glm5svc-try-ready"
+    if not (marker.is_file() and marker.read_text() == spec and python.exists()):
+        say(f"building {TRY_VENV.relative_to(REPO)} (once): glm5svc's dependencies and "
+            f"sglang {SGLANG_VERSION}'s bench_serving")  # fmt: skip
+        subprocess.run([sys.executable, "-m", "venv", "--clear", str(TRY_VENV)], check=True)
+        # Byte-compiling every file is most of pip's CPU time; Python compiles what it imports.
+        _pip(python, "--no-compile", *glm5svc_requirements(), *BENCH_SERVING_DEPS)
+        # Last, so that pip does not list sglang's own (unwanted) dependencies as missing.
+        _pip(python, "--no-compile", f"sglang=={SGLANG_VERSION}", "--no-deps")
+        marker.write_text(spec)
+    return python, python
+
+
+def write_config(work: Path, python: Path, bench_python: Path) -> Path:
+    tokenizer = work / "tokenizer"
+    if not (tokenizer / "tokenizer.json").is_file():
+        subprocess.run(
+            [str(bench_python), str(TOKENIZER_SCRIPT), str(tokenizer)],
+            check=True, env=_env(work / "glm5.yaml"),
+        )  # fmt: skip
+    config = {
+        "model": {"path": str(work / "model"), "tokenizer_path": str(tokenizer)},
+        "server": {
+            "host": "127.0.0.1",
+            "port": free_port(),
+            # The test engine instead of `python -m sglang.launch_server` (no GPU here).
+            "command": [str(python), str(TEST_ENGINE), "--test-mode", "load=0.5"],
+        },
+        "service": {
+            "listen_host": "127.0.0.1",
+            "listen_port": free_port(),
+            "run_preflight": False,  # nothing to check without a GPU; `glm5svc preflight` says so
+            "drain_timeout_s": 10,
+            "results_dir": str(work / "results"),
+        },
+        "telemetry": {"enabled": False},
+        "benchmark": {"python": str(bench_python), "post_start": {"enabled": False}},
+    }
+    path = work / "glm5.yaml"
+    path.write_text(json.dumps(config, indent=2) + "\n")  # JSON is YAML
+    return path
+
+
+def glm5svc(python: Path, config: Path, *args: str, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(python), "-m", "glm5svc", "--config", str(config), *args],
+        cwd=REPO, env=_env(config), text=True, **kwargs,
+    )  # fmt: skip
+
+
+def _env(config: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC")}
+    env["PYTHONPATH"] = str(REPO)
+    env["GLM5SVC_LOG_TARGET"] = "stderr"
+    env["RUNTIME_DIRECTORY"] = str(config.parent / "run")
+    env["TRANSFORMERS_NO_ADVISORY_WARNINGS"] = "1"  # "None of PyTorch ... found": none needed
+    return env
+
+
+def wait_ready(python: Path, config: Path, serve: subprocess.Popen) -> subprocess.CompletedProcess:
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if serve.poll() is not None:
+            raise SystemExit(f"try: glm5svc serve exited with {serve.returncode}; see its log")
+        status = glm5svc(python, config, "status", capture_output=True)
+        if status.returncode == 0:
+            return status
+        time.sleep(0.5)
+    raise SystemExit(f"try: not ready within {READY_TIMEOUT_S} s; see serve's log")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="scripts/try", description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--keep-running", action="store_true", help="leave serve running at the end (^C stops it)"
+    )
+    parser.add_argument("--short", action="store_true", help="one bench level (the tests' run)")
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+    python, bench_python = ensure_venvs()
+    work = WORK / time.strftime("%Y%m%dT%H%M%S")
+    work.mkdir(parents=True)
+    (work / "model").mkdir()
+    config = write_config(work, python, bench_python)
+    say(f"configuration {config}")
+    log_path = work / "serve.log"
+    say(f"glm5svc serve (the test engine on 127.0.0.1), its log: {log_path}")
+    with log_path.open("w") as log:
+        serve = subprocess.Popen(
+            [str(python), "-m", "glm5svc", "--config", str(config), "serve"],
+            cwd=REPO, env=_env(config), stdout=log, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, start_new_session=True,
+        )  # fmt: skip
+    try:
+        status = wait_ready(python, config, serve)
+        say(f"ready after {time.monotonic() - started:.1f} s; glm5svc status:")
+        print(status.stdout, end="", flush=True)
+        ladder = LADDER[:1] if args.short else LADDER
+        say(f"glm5svc bench --ladder {' '.join(ladder)}")
+        bench = glm5svc(
+            python, config, "bench", "--ladder", *ladder, "--input-len", "64",
+            "--output-len", "16", "--num-prompts", "32", "--warmup-requests", "2",
+            "--baseline", "none",
+        )  # fmt: skip
+        if bench.returncode != 0:
+            raise SystemExit(f"try: glm5svc bench exited with {bench.returncode}")
+        if args.keep_running:
+            say(f"serve keeps running (pid {serve.pid}); ^C stops it")
+            serve.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if serve.poll() is None:
+            say("stopping serve (SIGTERM, as systemd does)")
+            serve.send_signal(signal.SIGTERM)
+        try:
+            code = serve.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(serve.pid, signal.SIGKILL)
+            code = serve.wait()
+    after = glm5svc(python, config, "status", capture_output=True)
+    say(f"serve exited with {code}; glm5svc status now exits {after.returncode} (3: not running)")
+    say(f"done in {time.monotonic() - started:.1f} s; everything is in {work}")
+    return 0 if code == 0 and after.returncode == 3 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,31 @@
+"""`scripts/try`, the GPU-free try-out, runs from start to clean stop (its short mode)."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+from testkit.bench_venv import build_bench_serving_venv
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_the_try_out_serves_reports_benchmarks_and_stops_cleanly():
+    build_bench_serving_venv()  # the try-out reuses the tests' bench_serving venv
+    run = subprocess.run(
+        [str(REPO / "scripts" / "try"), "--short"],
+        capture_output=True, text=True, cwd="/", timeout=300,
+    )  # fmt: skip
+    out = run.stdout
+    assert run.returncode == 0, out + run.stderr
+    assert re.search(r"try: ready after [\d.]+ s; glm5svc status:\nglm5svc \S+: serving\n", out)
+    assert "ready: yes" in out and "KV pool: " in out
+    assert "concurrency 4: " in run.stdout + run.stderr
+    assert "try: serve exited with 0; glm5svc status now exits 3" in out
+    work = Path(re.search(r"everything is in (\S+)", out).group(1))
+    [summary] = (work / "results" / "bench").glob("*/summary.json")
+    levels = json.loads(summary.read_text())["levels"]
+    assert [(lv["concurrency"], lv["completed"], lv["requested"]) for lv in levels] == [(4, 32, 32)]
+    assert "drain" in (work / "serve.log").read_text()  # stopped by serve's own drain
