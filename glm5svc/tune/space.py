@@ -13,11 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from glm5svc.config import Config, config_from_mapping, describe_error
-from glm5svc.config_yaml import ConfigLoader
+from glm5svc.config_yaml import parse_yaml, read_config_bytes
 from glm5svc.errors import ConfigError
 from glm5svc.sglang_flags import version_problem
 
@@ -97,20 +96,16 @@ def space_from_dict(data: dict[str, Any]) -> Space:
 
 def read_space_file(path: Path | None) -> _SpaceFile:
     path = Path(path) if path else DEFAULT_SPACE
+    source = f"--space {path}"
     try:
-        data = yaml.load(path.read_text(encoding="utf-8"), Loader=ConfigLoader)  # noqa: S506
+        text = read_config_bytes(path, source)
     except OSError as exc:
-        raise ConfigError(f"--space {path}: cannot read: {exc.strerror or exc}") from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"--space {path}: not UTF-8 text ({exc.reason})") from None
-    except RecursionError:
-        raise ConfigError(f"--space {path}: an alias refers to itself") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"--space {path}: not valid YAML: {exc}") from None
+        raise ConfigError(f"{source}: cannot read: {exc.strerror or exc}") from None
+    document = parse_yaml(text, source)  # strict: UTF-8, each key once, no alias cycles
     try:
-        return _SpaceFile.model_validate(data)
+        return _SpaceFile.model_validate(document.data)
     except ValidationError as exc:
-        problems = [describe_error(err) for err in exc.errors(include_url=False)]
+        problems = [describe_error(err, document) for err in exc.errors(include_url=False)]
         raise ConfigError(f"--space {path}: not a search space", problems=problems) from None
 
 

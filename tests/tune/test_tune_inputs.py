@@ -136,3 +136,14 @@ def test_a_candidate_round_trips_through_the_configuration(candidate):
             return
         for name, value in candidate.items():
             assert start_value(config, name) == value
+
+
+def test_a_space_file_is_read_as_strictly_as_a_configuration(tmp_path):
+    path = tmp_path / "space.yaml"
+    path.write_text("knobs:\n  - key: tuning.cuda_graph\n    key: tuning.radix_cache\n")
+    try:
+        load_space(path, Config(), moe=True, sglang_version="0.5.11")
+    except ConfigError as exc:
+        assert f"--space {path}, line 3: the key 'key' is given twice" in str(exc)
+    else:
+        raise AssertionError("a repeated key was read")
