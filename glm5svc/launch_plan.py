@@ -20,10 +20,10 @@ from pathlib import Path
 
 from glm5svc.config import Config, exposure_warning, read_api_key, secrets_file_text
 from glm5svc.errors import ConfigError
+from glm5svc.facts import HostFacts
 from glm5svc.gpus import GpuFacts, detect_gpus, parse_compute_capability
 from glm5svc.model_info import ModelFacts, read_model_facts
 from glm5svc.multinode import multinode_notes, multinode_rows, tensor_parallel_size
-from glm5svc.patches import SglangNotFound, locate_sglang, nsa_fix_in_place
 from glm5svc.profiles import SglangVersion, StackProfile, load_profile, sglang_version
 from glm5svc.sglang_flags import (
     FORBIDDEN_FLAGS,
@@ -163,17 +163,23 @@ def _explain_rows(entries: list[PlanEntry]) -> list[str]:
     return rows
 
 
+# build_launch_plan's api_key when the caller has not read it: read server.api_key_file.
+READ_KEY_FILE = object()
+
+
 def build_launch_plan(
     config: Config,
     gpus: GpuFacts | None = None,
     nsa_fix_in_place: bool | None = None,
     sglang: SglangVersion | None = None,
     model: ModelFacts | None = None,
+    api_key: str | None | object = READ_KEY_FILE,
 ) -> LaunchPlan:
-    """Build the plan. `nsa_fix_in_place`: is the NSA FP8 prefill fix in the venv's sglang
-    (patched or fixed upstream)? None means unknown, which keeps the radix cache off.
-    `sglang`: the installed version (plan_for_service reads it from the venv); None plans
-    for the profile's pin, labelled so. `model`: None reads model.path/config.json."""
+    """Build the plan from the facts given (plan_for_service gives the host's, read once).
+    `nsa_fix_in_place`: is the NSA FP8 prefill fix in the venv's sglang (patched or fixed
+    upstream)? None means unknown, which keeps the radix cache off. `sglang`: the installed
+    version; None plans for the profile's pin, labelled so. `model`: None reads
+    model.path/config.json. `api_key`: the key already read (None: no key)."""
     gpus = gpus or detect_gpus(config)
     profile = load_profile(config.server.profile)
     plan = LaunchPlan(
@@ -193,7 +199,8 @@ def build_launch_plan(
     plan.entries += _tuning_flags(config, plan, nsa_fix_in_place)
     plan.entries += [PlanEntry(*row) for row in multinode_rows(config)]
     plan.notes += multinode_notes(config)
-    _add_api_key(config, plan)
+    key = read_api_key(config.server.api_key_file) if api_key is READ_KEY_FILE else api_key
+    _add_api_key(key, plan)
     if warning := exposure_warning(config):
         plan.warnings.append(warning)
     _merge_extra_args(config, gpus, plan)
@@ -486,8 +493,7 @@ def _radix_cache(mode: str, nsa_fix: bool | None, plan: LaunchPlan) -> list[Plan
     ]
 
 
-def _add_api_key(config: Config, plan: LaunchPlan) -> None:
-    key = read_api_key(config.server.api_key_file)
+def _add_api_key(key: str | None, plan: LaunchPlan) -> None:
     if key is None:
         return
     secrets_file = secrets_file_path()
@@ -549,23 +555,15 @@ def _deprecations(plan: LaunchPlan) -> None:
             plan.notes.append(note)
 
 
-def installed_sglang(config: Config) -> tuple[SglangVersion, bool | None]:
-    """The sglang in server.python's environment (its metadata, read once) and whether the
-    NSA FP8 fix is in it; the profile's pin, labelled "(profile, not installed)", and None
-    when it cannot be read."""
-    profile = load_profile(config.server.profile)
-    try:
-        install = locate_sglang(
-            python=config.server.python, pythonpath=config.server.env.get("PYTHONPATH")
-        )
-    except (SglangNotFound, OSError, ValueError) as exc:
-        return sglang_version(profile, None, f"not installed: {exc}"), None
-    where = f"installed, read from {install.site_packages} ({config.server.python})"
-    return sglang_version(profile, install.version, where), nsa_fix_in_place(install)
-
-
-def plan_for_service(config: Config) -> LaunchPlan:
-    """The plan as `glm5svc serve` builds it: GPUs detected, sglang and patch state read
-    from the venv."""
-    sglang, nsa_fix = installed_sglang(config)
-    return build_launch_plan(config, nsa_fix_in_place=nsa_fix, sglang=sglang)
+def plan_for_service(config: Config, facts: HostFacts | None = None) -> LaunchPlan:
+    """The plan as `glm5svc serve` launches it: from the host's facts (GPUs, the installed
+    sglang and its NSA fix, config.json, the API key), read here unless given."""
+    facts = facts or HostFacts.read(config)
+    return build_launch_plan(
+        config,
+        gpus=facts.gpus,
+        nsa_fix_in_place=facts.nsa_fix_in_place,
+        sglang=facts.sglang_version(load_profile(config.server.profile)),
+        model=facts.model,
+        api_key=facts.api_key(),
+    )

@@ -6,7 +6,8 @@
     should_degrade(config, summary)         # below baseline and configured to degrade
 
 `post_start_hook(context)` adapts this to the supervisor's post-READY hook protocol
-(context.config, context.engine_url, context.stop_requested, context.log) and returns a
+(context.config, context.engine_url, context.stop_requested, context.log, and the
+launched plan's summary, context.launch_plan, which the results record) and returns a
 JSON-able dict. `run_post_start_benchmark(context)` does the same, for hooks that pass the
 context to it directly.
 """
@@ -32,9 +33,11 @@ def run_post_start_benchmark(
     *,
     base_url: str | None = None,
     stop_event: threading.Event | None = None,
+    launch_plan: dict[str, Any] | None = None,
 ) -> BenchSummary:
     """Run benchmark.post_start's ladder against the server; write results under
-    service.results_dir/bench/<stamp>-post-start; return the BenchSummary."""
+    service.results_dir/bench/<stamp>-post-start; return the BenchSummary. `launch_plan`:
+    the summary of the plan the service launched, recorded with the results."""
     post = config.benchmark.post_start
     plan = plan_from_config(
         config,
@@ -51,6 +54,7 @@ def run_post_start_benchmark(
         config=config,
         on_progress=on_progress,
         should_stop=stop_event.is_set if stop_event is not None else None,
+        launch_plan=launch_plan,
     )
 
 
@@ -74,6 +78,7 @@ def post_start_hook(context: Any) -> dict[str, Any]:
         on_progress=progress,
         base_url=context.engine_url,
         stop_event=getattr(context, "stop_requested", None),
+        launch_plan=getattr(context, "launch_plan", None),
     )
     return status_dict(context.config, summary)
 

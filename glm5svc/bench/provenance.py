@@ -10,7 +10,7 @@ from typing import Any
 
 from glm5svc import __version__
 from glm5svc.fleet import fetch_json
-from glm5svc.launch_plan import build_launch_plan
+from glm5svc.launch_plan import plan_for_service
 
 _SGLANG_VERSION = (
     "import importlib.metadata as m\n"
@@ -56,14 +56,31 @@ def gpu_facts(sampler: Any) -> dict[str, Any]:
     }
 
 
+LAUNCHED = "launched: the plan glm5svc serve started"
+PLANNED_HERE = (
+    "planned here: the plan glm5svc serve would start from this configuration on this host"
+)
+
+
 def launch_plan_summary(config: Any) -> Any:
-    """The launch plan's summary if it can be built here; the reason if not."""
+    """The plan serve would build here (the same host facts: installed sglang, its patches,
+    GPUs, config.json); the reason if it cannot be built."""
     if config is None:
         return None
     try:
-        return build_launch_plan(config).summary()
+        return plan_for_service(config).summary()
     except Exception as exc:  # guarded on purpose: provenance must never fail a run
         return {"unavailable": f"{type(exc).__name__}: {exc}"}
+
+
+def _installed_version(launch_plan: Any, python: str, config: Any) -> str | None:
+    """The launched plan's sglang when bench_serving runs in the server's own interpreter:
+    read once by serve, not again here."""
+    sglang = launch_plan.get("sglang") if isinstance(launch_plan, dict) else None
+    same_python = config is not None and str(python) == str(config.server.python)
+    if same_python and isinstance(sglang, dict) and sglang.get("installed"):
+        return sglang.get("version")
+    return None
 
 
 def target_facts(base_url: str | None, api_key: str | None = None) -> dict[str, Any]:
@@ -90,16 +107,25 @@ def target_facts(base_url: str | None, api_key: str | None = None) -> dict[str, 
 
 
 def collect(
-    python: str, sampler: Any = None, config: Any = None, plan: Any = None
+    python: str,
+    sampler: Any = None,
+    config: Any = None,
+    plan: Any = None,
+    launch_plan: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """`launch_plan`: the summary of the plan the service launched (the post-start
+    benchmark); without it (`glm5svc bench` by hand) the plan is built here and says so."""
+    launched = launch_plan is not None
+    recorded = launch_plan if launched else launch_plan_summary(config)
     return {
         "target": target_facts(getattr(plan, "base_url", None), getattr(plan, "api_key", None)),
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "host": socket.gethostname(),
         "glm5svc_version": __version__,
-        "sglang_version": sglang_version(python),
+        "sglang_version": _installed_version(launch_plan, python, config) or sglang_version(python),
         "bench_serving": f"{python} -m sglang.bench_serving",
         "python": platform.python_version(),
         "gpus": gpu_facts(sampler),
-        "launch_plan": launch_plan_summary(config),
+        "launch_plan": recorded,
+        "launch_plan_source": LAUNCHED if launched else PLANNED_HERE,
     }

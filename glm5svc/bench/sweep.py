@@ -115,7 +115,10 @@ def run_benchmark(
     on_progress: ProgressCallback | None = None,
     run_dir: Path | None = None,
     should_stop: Callable[[], bool] | None = None,
+    launch_plan: dict[str, Any] | None = None,
 ) -> BenchSummary:
+    """`launch_plan`: the summary of the plan the service launched, recorded as the run's
+    provenance (else the plan is built from `config` here)."""
     plan.validate()
     baseline = load_baseline(judgement.baseline) if judgement.baseline else None
     made_here = run_dir is None
@@ -124,7 +127,7 @@ def run_benchmark(
     try:
         return _measure_and_write(
             plan, run_dir, made_here, kind, judgement, baseline, sampler, config, on_progress,
-            should_stop,
+            should_stop, launch_plan,
         )  # fmt: skip
     except OSError as exc:  # a full or failing disk: say where, and keep no half-written run
         if exc.errno not in WRITE_ERRNOS:
@@ -141,13 +144,14 @@ def run_benchmark(
 
 
 def _measure_and_write(
-    plan, run_dir, made_here, kind, judgement, baseline, sampler, config, on_progress, should_stop
-) -> BenchSummary:
+    plan, run_dir, made_here, kind, judgement, baseline, sampler, config, on_progress, should_stop,
+    launch_plan,
+) -> BenchSummary:  # fmt: skip
     started = now_utc()
     with telemetry_sampler(sampler, config) as (measuring, telemetry_status):
         # Provenance (a subprocess, the launch plan) and the plot's matplotlib import are
         # prepared while the first level runs, not added to the run's wall time.
-        prep = _Background(lambda: _prepare(plan, measuring or sampler, config))
+        prep = _Background(lambda: _prepare(plan, measuring or sampler, config, launch_plan))
         levels, stopped = run_ladder(
             plan, run_dir, measuring, on_progress, telemetry_status, should_stop
         )
@@ -199,8 +203,10 @@ def _nothing_measured(reason: str, levels: list, plan: BenchPlan) -> str:
     return reason + "; nothing was measured, so no results were kept"
 
 
-def _prepare(plan: BenchPlan, sampler: Any, config: Any) -> dict[str, Any]:
-    facts = provenance.collect(plan.python, sampler, config, plan)
+def _prepare(
+    plan: BenchPlan, sampler: Any, config: Any, launch_plan: dict[str, Any] | None
+) -> dict[str, Any]:
+    facts = provenance.collect(plan.python, sampler, config, plan, launch_plan)
     try:
         import matplotlib
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from glm5svc.config import load_config
 from glm5svc.json_output import emit
-from glm5svc.preflight import run_preflight
+from glm5svc.preflight.run import run_preflight
 
 
 def register(subparsers):

@@ -1,10 +1,9 @@
 """SGLang source patches for SM120, kept as data and applied by content.
 
-Public API (for the launch plan, preflight and the `glm5svc patch` command):
+Public API (for the host's facts, glm5svc.facts, and the `glm5svc patch` command):
 
 - nsa_fix_in_place(target) -> bool | None
 - patch_report(target, patch_ids=None) -> PatchReport
-- preflight_rows(target, profile=None) -> list[CheckRow]   (glm5svc.patches.preflight)
 - locate_sglang(python=..., site_packages=...) -> SglangInstall
 
 `target` is the service Config (its server.python), a venv interpreter path, a

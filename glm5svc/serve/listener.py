@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from glm5svc.serve.metrics import exposition
@@ -60,7 +59,6 @@ class HealthListener:
     ):
         self.state = state
         self.registry = registry
-        self.loop_heartbeat = time.monotonic()
         self.loop_stale_after_s = loop_stale_after_s
         handler = _make_handler(self)
         self.server = BoundedHTTPServer((host, port), handler)
@@ -79,12 +77,9 @@ class HealthListener:
         self.server.shutdown()
         self.server.server_close()
 
-    def beat(self) -> None:
-        """Called by the supervision loop each turn: /livez reports the loop, not this thread."""
-        self.loop_heartbeat = time.monotonic()
-
     def liveness(self) -> tuple[bool, str]:
-        age = time.monotonic() - self.loop_heartbeat
+        """The supervision loop's heartbeat (SupervisorState.beat), not this thread's."""
+        age = self.state.loop_age()
         if age > self.loop_stale_after_s:
             return False, f"supervision loop stalled for {age:.1f} s"
         return True, "supervision loop alive"

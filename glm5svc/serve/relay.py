@@ -28,7 +28,7 @@ class StderrSink:
         self.stream = stream or sys.stderr
         self.lock = threading.Lock()
 
-    def engine_line(self, info: LineInfo, phase: str) -> None:
+    def engine_line(self, info: LineInfo, phase: str, engine_pid: int | None = None) -> None:
         self._write(info.text)
 
     def message(self, text: str, priority: int = PRIORITY_INFO, **fields: str) -> None:
@@ -44,12 +44,10 @@ class StderrSink:
 
 
 class JournalSink:
-    """journal.send with structured fields: GLM5_PHASE, GLM5_RANK, PRIORITY from the level."""
+    """journal.send with structured fields: GLM5_PHASE, GLM5_RANK, GLM5_ENGINE_PID, PRIORITY
+    from the level."""
 
-    def __init__(self, engine_pid_getter: Callable[[], int | None]):
-        self.engine_pid = engine_pid_getter
-
-    def engine_line(self, info: LineInfo, phase: str) -> None:
+    def engine_line(self, info: LineInfo, phase: str, engine_pid: int | None = None) -> None:
         fields = {
             "PRIORITY": str(info.priority),
             "SYSLOG_IDENTIFIER": "sglang",
@@ -57,9 +55,8 @@ class JournalSink:
         }
         if info.rank is not None:
             fields["GLM5_RANK"] = str(info.rank)
-        pid = self.engine_pid()
-        if pid:
-            fields["GLM5_ENGINE_PID"] = str(pid)
+        if engine_pid:
+            fields["GLM5_ENGINE_PID"] = str(engine_pid)
         _journal.send(info.text, **fields)
 
     def message(self, text: str, priority: int = PRIORITY_INFO, **fields: str) -> None:
@@ -71,7 +68,7 @@ class JournalSink:
         )
 
 
-def choose_sink(engine_pid_getter: Callable[[], int | None]):
+def choose_sink():
     """The journal when journald is there (as under systemd), else plain stderr.
 
     $GLM5SVC_LOG_TARGET=stderr|journal overrides the choice.
@@ -80,9 +77,9 @@ def choose_sink(engine_pid_getter: Callable[[], int | None]):
     if target == "stderr":
         return StderrSink()
     if target == "journal" and _journal is not None:
-        return JournalSink(engine_pid_getter)
+        return JournalSink()
     if _journal is not None and (os.environ.get("JOURNAL_STREAM") or JOURNAL_SOCKET.exists()):
-        return JournalSink(engine_pid_getter)
+        return JournalSink()
     return StderrSink()
 
 

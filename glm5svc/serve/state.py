@@ -103,6 +103,15 @@ class SupervisorState:
         self.benchmark: dict | None = None
         self.benchmark_running = False
         self.last_error: str | None = None
+        # Each turn of the supervision loop; /livez reports the loop, not the listener.
+        self.loop_heartbeat = time.monotonic()
+
+    def beat(self) -> None:
+        """The supervision loop took another turn."""
+        self.loop_heartbeat = time.monotonic()
+
+    def loop_age(self) -> float:
+        return time.monotonic() - self.loop_heartbeat
 
     def set_phase(self, phase: Phase, text: str | None = None) -> None:
         with self.lock:

@@ -38,6 +38,7 @@ from glm5svc.config import Config
 from glm5svc.errors import EXIT_CONFIG
 from glm5svc.json_output import now_utc
 from glm5svc.port_owners import holders
+from glm5svc.preflight.service import LAST_RUN_FILE
 from glm5svc.redaction import Redactor
 from glm5svc.serve.diagnosis import EXIT_ENGINE_FAILED, diagnose, exit_status_for
 from glm5svc.serve.notify import Notifier, child_environment
@@ -54,7 +55,6 @@ from glm5svc.serve.probes import EngineClient, ProbeResult
 from glm5svc.serve.process import EngineProcess, become_subreaper, live_group_members
 from glm5svc.serve.relay import OutputReader
 from glm5svc.serve.state import SupervisorState
-from glm5svc.service_checks import LAST_RUN_FILE
 
 # systemd gets a little more than our own stall limit, so our clear message comes first.
 EXTEND_MARGIN_S = 30.0
@@ -74,6 +74,19 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, si
 IGNORED_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2)
 
 
+@dataclass(frozen=True)
+class Launch:
+    """What the supervisor starts: the launch plan's argv and environment, its summary and
+    warnings (for /status and the post-start benchmark's record), and the API key the
+    probes send."""
+
+    argv: list[str]
+    env: dict[str, str]
+    summary: dict | None = None
+    warnings: tuple[str, ...] = ()
+    api_key: str | None = None
+
+
 @dataclass
 class PostReadyContext:
     """What a post-READY hook (the post-start benchmark) gets."""
@@ -84,6 +97,7 @@ class PostReadyContext:
     stop_requested: threading.Event
     log: Callable[[str], None]
     sampler: object | None = None  # the service's GPU telemetry sampler, shared
+    launch_plan: dict | None = None  # the summary of the plan this service launched
 
 
 # hook(context) -> JSON-able dict shown in /status "benchmark" and exported on /metrics
@@ -175,32 +189,30 @@ class _Drain:
 
 
 class Supervisor:
+    """The one loop that decides; the threads (output reader, probes, the post-READY hook)
+    and the signal handlers only report on its queue. Built by glm5svc.serve.service."""
+
     def __init__(
         self,
         config: Config,
-        argv: list[str],
-        plan_env: dict[str, str],
+        launch: Launch,
         sink,
-        notifier: Notifier | None = None,
-        plan_summary: dict | None = None,
-        plan_warnings: list[str] | None = None,
+        notifier: Notifier,
         post_ready_hook: PostReadyHook | None = None,
-        api_key: str | None = None,
         telemetry_sampler: object | None = None,
-        redactor: Redactor | None = None,
     ):
         self.config = config
         self.service = config.service
         self.sink = sink
-        self.notifier = notifier or Notifier()
-        if self.notifier.on_error is None:
-            self.notifier.on_error = lambda text: self.log(text, PRIORITY_WARNING)
+        self.notifier = notifier
         self.state = SupervisorState(self.service.wedge_window_s)
-        self.state.launch_plan = plan_summary
-        self.state.plan_warnings = list(plan_warnings or [])
-        self.engine = EngineProcess(argv, child_environment(dict(os.environ), plan_env))
-        self.client = EngineClient(config.server.host, config.server.port, api_key)
-        self.redactor = redactor or Redactor([])
+        self.state.launch_plan = launch.summary
+        self.state.plan_warnings = list(launch.warnings)
+        self.engine = EngineProcess(launch.argv, child_environment(dict(os.environ), launch.env))
+        self.client = EngineClient(config.server.host, config.server.port, launch.api_key)
+        self.redactor = Redactor.for_service(
+            launch.api_key, config.server.env, config.server.secret_env
+        )
         self.post_ready_hook = post_ready_hook
         self.telemetry_sampler = telemetry_sampler
         self.expect_ready_line = config.server.log_level in LOG_LEVELS_WITH_READY_LINE
@@ -209,7 +221,6 @@ class Supervisor:
         self.stop_signal: int | None = None
         self.output_closed = threading.Event()
         self.reader: OutputReader | None = None
-        self.listener = None
         self._timers = _Timers(last_progress=time.monotonic())
         self._drain: _Drain | None = None
         self._exit_status: int | None = None
@@ -289,8 +300,7 @@ class Supervisor:
         # OutputClosed and ChildChanged only wake the loop; _tick looks at the process.
 
     def _tick(self, now: float) -> None:
-        if self.listener is not None:
-            self.listener.beat()
+        self.state.beat()
         if self._exit_status is not None:
             return
         if self._drain is not None:
@@ -493,6 +503,7 @@ class Supervisor:
             self.stop_requested,
             self.log,
             self.telemetry_sampler,
+            self.state.launch_plan,
         )
         thread = threading.Thread(
             target=self._run_post_ready_hook, args=(context,), name="post-ready", daemon=True
@@ -524,7 +535,7 @@ class Supervisor:
         phase = self.state.phase
         if not self.state.ready and info.phase and later_startup_phase(phase, info.phase):
             phase = info.phase
-        self.sink.engine_line(info, phase.value)
+        self.sink.engine_line(info, phase.value, self.engine.pid)
         self.events.put(EngineLine(info, time.monotonic()))
 
     def _on_engine_line(self, event: EngineLine) -> None:

@@ -15,7 +15,8 @@ import yaml
 
 from glm5svc.config import Config, config_from_mapping
 from glm5svc.errors import Glm5Error
-from glm5svc.launch_plan import LaunchPlan, build_launch_plan
+from glm5svc.facts import HostFacts
+from glm5svc.launch_plan import LaunchPlan, plan_for_service
 from glm5svc.sglang_flags import GRPC_PORT_OFFSET
 
 SGLANG_PARSER_SCRIPT = Path(__file__).resolve().parents[1] / "data" / "parse_with_sglang.py"
@@ -70,12 +71,12 @@ def write_trial_config(mapping: dict[str, Any], path: Path) -> None:
 class Renderer:
     """Validates and plans trial configurations with the host facts read once."""
 
-    def __init__(self, facts: dict[str, Any], check_with_sglang: bool):
-        self.facts = facts  # build_launch_plan's gpus, sglang, nsa_fix_in_place, model
+    def __init__(self, facts: HostFacts, check_with_sglang: bool):
+        self.facts = facts
         self.check_with_sglang = check_with_sglang
 
     def plan(self, config: Config) -> LaunchPlan:
-        return build_launch_plan(config, **self.facts)
+        return plan_for_service(config, self.facts)
 
     def refusal(self, mapping: dict[str, Any]) -> str | None:
         """Why this configuration cannot run (None: it can)."""

@@ -19,12 +19,11 @@ from glm5svc.bench.sweep import new_run_dir, telemetry_sampler
 from glm5svc.config import Config, config_from_mapping, resolve_config_path
 from glm5svc.config_yaml import parse_yaml, read_config_bytes
 from glm5svc.errors import ConfigError, Glm5Error
-from glm5svc.gpus import detect_gpus
+from glm5svc.facts import HostFacts
 from glm5svc.json_output import now_utc
-from glm5svc.launch_plan import installed_sglang
-from glm5svc.model_info import read_model_facts
 from glm5svc.nvml import NvmlUnavailable
-from glm5svc.preflight import list_gpu_processes
+from glm5svc.preflight.gpu import list_gpu_processes
+from glm5svc.profiles import load_profile
 from glm5svc.tune.guard import TakeOver
 from glm5svc.tune.outputs import write_outputs
 from glm5svc.tune.render import Renderer, trial_mapping, write_trial_config
@@ -72,9 +71,9 @@ class Tune:
         self.mapping = read_mapping(self.config_path)
         self.config: Config = config_from_mapping(self.mapping, str(self.config_path))
         # Host facts once: every trial's plan is made from these.
-        gpus = detect_gpus(self.config)
-        sglang, nsa_fix = installed_sglang(self.config)
-        model = read_model_facts(self.config.model.path)
+        facts = HostFacts.read(self.config)
+        gpus, model = facts.gpus, facts.model
+        sglang = facts.sglang_version(load_profile(self.config.server.profile))
         self.facts_summary = {
             "gpus": f"{gpus.count} x {gpus.names[0] if gpus.names else 'GPU'} ({gpus.sm}, "
             f"from {gpus.source})",
@@ -82,10 +81,7 @@ class Tune:
             "sglang": sglang.label,
             "model": model.architecture,
         }
-        self.renderer = Renderer(
-            {"gpus": gpus, "sglang": sglang, "nsa_fix_in_place": nsa_fix, "model": model},
-            check_with_sglang=sglang.installed,
-        )
+        self.renderer = Renderer(facts, check_with_sglang=sglang.installed)
         self.space: Space = load_space(request.space_path, self.config, model.moe, sglang.version)
         self.start = {k.name: start_value(self.config, k.name) for k in self.space.knobs}
         self.guard = TakeOver(request.take_over)

@@ -28,9 +28,9 @@ from glm5svc.bench.plan import BenchPlan
 from glm5svc.bench.runner import run_level
 from glm5svc.config import Config, connect_host, read_api_key
 from glm5svc.parent_death import die_with_parent
+from glm5svc.preflight.service import LAST_RUN_FILE
 from glm5svc.serve.phases import parse_line
 from glm5svc.serve.probes import EngineClient
-from glm5svc.service_checks import LAST_RUN_FILE
 from glm5svc.tune.diagnosis import GaugeSample, diagnose_run
 
 READY_POLL_S = 0.5

@@ -17,10 +17,10 @@ import pytest
 
 pytest.importorskip("ansible_runner")
 
-from glm5svc.container_resources import gpu_numa_nodes  # noqa: E402
 from glm5svc.hostfacts.gpu_numa import format_cpulist  # noqa: E402
+from glm5svc.preflight.container import gpu_numa_nodes  # noqa: E402
+from glm5svc.preflight.topology import assess  # noqa: E402
 from glm5svc.provision.runner import run_playbook  # noqa: E402
-from glm5svc.topology import assess  # noqa: E402
 from tests.ansible.test_lxc_resources_modules import GPUS_2_NODES, NODES, make_sysfs  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]

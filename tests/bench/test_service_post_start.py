@@ -2,13 +2,27 @@
 
 from __future__ import annotations
 
+import io
+import json
 import os
+import sys
+from pathlib import Path
 
 import pytest
 import yaml
 
+from glm5svc.bench.post_start import post_start_hook
+from glm5svc.bench.provenance import LAUNCHED
+from glm5svc.config import load_config
+from glm5svc.facts import HostFacts
+from glm5svc.launch_plan import build_launch_plan
+from glm5svc.patches import SglangInstall
+from glm5svc.serve import supervisor as supervisor_module
+from glm5svc.serve.relay import StderrSink
+from glm5svc.serve.service import build_service
 from tests.bench.test_ladder import write_baseline
-from tests.serve.conftest import NotifyListener, ServeProcess, write_config
+from tests.plan.test_launch_plan import SM120_X8
+from tests.serve.conftest import NotifyListener, ServeProcess, run_in_process, write_config
 
 
 @pytest.mark.slow
@@ -57,3 +71,52 @@ def test_post_start_benchmark_marks_degraded_not_unready(bench_python, tiny_toke
         process.terminate()
         process.wait_exit(30)
         notify.close()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_the_post_start_benchmark_and_status_record_the_launched_plan(
+    bench_python, tiny_tokenizer, tmp_path, monkeypatch
+):
+    """The installed sglang (0.5.11) is not the profile's pin (cu128: 0.5.10.post1) and its
+    NSA fix is in place, so radix_cache: auto keeps the radix cache on: the recorded argv
+    is the launched one, not a plan built again from the configuration."""
+    config_path = write_config(tmp_path, "load=0.5")
+    data = yaml.safe_load(config_path.read_text())
+    data["model"] = {"tokenizer_path": tiny_tokenizer, "served_name": "glm-5"}
+    data["tuning"] = {"radix_cache": "auto"}
+    data["benchmark"] = {
+        "python": bench_python,
+        "input_len": 32,
+        "output_len": 8,
+        "warmup_requests": 1,
+        "baseline": None,
+        "post_start": {"enabled": True, "ladder": [4], "num_prompts_per_level": 8},
+    }
+    config_path.write_text(yaml.safe_dump(data))
+    config = load_config(config_path)
+    installed = SglangInstall(tmp_path / "site", "0.5.11", Path(sys.executable))
+    facts = HostFacts.given(config, SM120_X8, sglang=installed, nsa_fix_in_place=True)
+    assert facts.model.sparse_attention  # no config.json: the reference model, DSA attention
+    monkeypatch.setattr(supervisor_module, "become_subreaper", lambda: False)
+    out = io.StringIO()
+
+    service = build_service(
+        config, post_ready_hook=post_start_hook, facts=facts, sink=StderrSink(out)
+    )
+    status = run_in_process(service, lambda state: state.benchmark is not None, timeout=150)
+    assert status == 0, out.getvalue()[-3000:]
+
+    launched = service.supervisor.engine.argv
+    assert "--disable-radix-cache" not in launched
+    assert "error" not in service.supervisor.state.benchmark, service.supervisor.state.benchmark
+    summaries = list((tmp_path / "results" / "bench").glob("*-post-start/summary.json"))
+    provenance = json.loads(summaries[0].read_text())["provenance"]
+    assert provenance["launch_plan"]["argv"] == launched
+    assert provenance["launch_plan_source"] == LAUNCHED
+    assert provenance["launch_plan"]["sglang_version"] == "0.5.11"
+    assert service.supervisor.state.snapshot()["launch_plan"]["argv"] == launched
+    # What the record used to be: the plan built again from the configuration alone.
+    rebuilt = build_launch_plan(config, gpus=SM120_X8)
+    assert "--disable-radix-cache" in rebuilt.argv
+    assert rebuilt.summary()["sglang_version"] == "0.5.10.post1 (profile, not installed)"

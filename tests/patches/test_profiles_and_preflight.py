@@ -11,13 +11,14 @@ import yaml
 from packaging.requirements import Requirement
 
 from glm5svc import profiles
-from glm5svc.checks import FAIL, OK, WARN, PreflightContext
 from glm5svc.config import Config
 from glm5svc.errors import ConfigError
-from glm5svc.patches import nsa_fix_in_place, patch_report
+from glm5svc.facts import HostFacts
+from glm5svc.patches import locate_sglang, nsa_fix_in_place, patch_report
 from glm5svc.patches.engine import apply_patch
-from glm5svc.patches.preflight import check_stack_and_patches, preflight_rows
 from glm5svc.patches.spec import PatchDataError, load_patches
+from glm5svc.preflight.rows import FAIL, OK, WARN, PreflightContext
+from glm5svc.preflight.stack import check_stack_and_patches, stack_rows
 from glm5svc.profiles import load_profile, pinned_requirements
 from glm5svc.sglang_flags import flag_name
 
@@ -122,11 +123,17 @@ def test_patch_data_loads_and_rejects_overlapping_texts(tmp_path):
         load_patches(tmp_path)
 
 
+def site_facts(site) -> HostFacts:
+    """The facts serve would read for the sglang in `site` (a site-packages directory)."""
+    install = locate_sglang(site_packages=site)
+    return HostFacts.given(Config(), sglang=install, patches=patch_report(install))
+
+
 @pytest.mark.slow
 def test_preflight_rows_before_and_after_apply(make_site):
     site = make_site("0.5.10.post1")
     profile = load_profile("cu128")
-    rows = {row.name: row for row in preflight_rows(site, profile)}
+    rows = {row.name: row for row in stack_rows(site_facts(site), profile)}
     assert rows["sglang"].status == OK
     autotune, nsa = rows["patch flashinfer-cutlass-autotune"], rows["patch nsa-fp8-mha-prefix"]
     assert (
@@ -137,19 +144,20 @@ def test_preflight_rows_before_and_after_apply(make_site):
     report = patch_report(site)
     for result in report.results:
         apply_patch(result, report.install)
-    assert {row.status for row in preflight_rows(site, profile)} == {OK}
+    assert {row.status for row in stack_rows(site_facts(site), profile)} == {OK}
 
 
 @pytest.mark.slow
 def test_preflight_rows_other_version_and_missing(make_site, tmp_path):
-    rows = preflight_rows(make_site("0.5.9"), load_profile("cu128"))
+    rows = stack_rows(site_facts(make_site("0.5.9")), load_profile("cu128"))
     assert rows[0].status == WARN and "pins 0.5.10.post1" in rows[0].detail
-    missing = preflight_rows(tmp_path / "nowhere-python")
+    config = Config.model_validate({"server": {"python": str(tmp_path / "nowhere-python")}})
+    missing = stack_rows(HostFacts.read(config))
     assert [(r.name, r.status) for r in missing] == [("sglang", FAIL)]
 
 
 def test_preflight_check_and_nsa_answer_from_config(tmp_path):
     config = Config.model_validate({"server": {"python": str(tmp_path / "bin/python")}})
-    rows = check_stack_and_patches(PreflightContext(config, None, None))
+    rows = check_stack_and_patches(PreflightContext(config, HostFacts.read(config)))
     assert rows[0].status == FAIL and "no Python interpreter" in rows[0].detail
     assert nsa_fix_in_place(config) is None

@@ -13,8 +13,9 @@ import yaml
 
 from glm5svc.config import config_from_mapping, load_config
 from glm5svc.errors import ConfigError
+from glm5svc.facts import HostFacts
 from glm5svc.gpus import GpuFacts
-from glm5svc.launch_plan import DEFAULT_SECRETS_FILE, build_launch_plan, installed_sglang
+from glm5svc.launch_plan import DEFAULT_SECRETS_FILE, build_launch_plan
 from glm5svc.model_info import read_model_facts
 from glm5svc.profiles import SglangVersion, known_profiles, load_profile
 from glm5svc.sglang_flags import FLAG_HISTORY, flag_exists, flag_name, version_problem
@@ -47,6 +48,12 @@ def h200_config(model: Path, **overrides):
 
 def installed(version: str) -> SglangVersion:
     return SglangVersion(version, True, "test")
+
+
+def installed_sglang(config) -> tuple[SglangVersion, bool | None]:
+    """The sglang and NSA fix the host facts read for `config` (as serve does)."""
+    facts = HostFacts.read(config)
+    return facts.sglang_version(load_profile(config.server.profile)), facts.nsa_fix_in_place
 
 
 def test_target_table_loads_with_the_reference_as_default():
@@ -209,7 +216,7 @@ def test_version_is_read_from_the_target_environment(tmp_path):
             }
         }
     )
-    sglang, _nsa_fix = installed_sglang(config)
+    sglang = installed_sglang(config)[0]
     assert (sglang.version, sglang.installed, sglang.label) == ("0.5.11", True, "0.5.11")
     assert str(site) in sglang.detail
     plan = build_launch_plan(config, gpus=SM120_X8, sglang=sglang)
@@ -226,7 +233,7 @@ def test_version_is_read_from_a_venvs_own_metadata(tmp_path):
     for entry in fake.iterdir():
         entry.rename(site / entry.name)
     config = config_from_mapping({"server": {"python": str(venv / "bin" / "python")}})
-    sglang, _nsa_fix = installed_sglang(config)
+    sglang = installed_sglang(config)[0]
     assert (sglang.version, sglang.installed) == ("0.5.11", True)
     assert str(site) in sglang.detail
 

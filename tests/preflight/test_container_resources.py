@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 from pathlib import Path
+from resource import RLIM_INFINITY
 
-from glm5svc.checks import OK, UNKNOWN, WARN, PreflightContext
 from glm5svc.config import config_from_mapping
-from glm5svc.container_resources import (
+from glm5svc.facts import HostFacts
+from glm5svc.hostfacts.limits import MIN_NOFILE
+from glm5svc.preflight.container import (
     check_container_resources,
     gpu_numa_nodes,
     read_cgroup_limits,
 )
-from glm5svc.preflight import default_checks
+from glm5svc.preflight.limits import rlimit_rows
+from glm5svc.preflight.rows import OK, UNKNOWN, WARN, PreflightContext
+from glm5svc.preflight.run import default_checks
 from glm5svc.proc_limits import read_proc_limits
 
 NODE0, NODE1 = "0-31,64-95", "32-63,96-127"
@@ -68,13 +72,13 @@ def make_tree(root: Path, *, v2=True, cpus="0-47", memory=str(256 * 2**30), quot
 
 def rows(tmp_path, affinity, **tree):
     sys_root, proc_root = make_tree(tmp_path, **tree)
-    ctx = PreflightContext(config_from_mapping({}), None, "no driver")
+    ctx = no_gpu_context(config_from_mapping({}))
     found = check_container_resources(ctx, sys_root, proc_root, affinity=set(affinity))
     return {row.name: row for row in found}
 
 
 def _cpus(text):
-    from glm5svc.container_resources import parse_cpulist
+    from glm5svc.preflight.container import parse_cpulist
 
     return parse_cpulist(text)
 
@@ -114,6 +118,23 @@ def test_lxc_default_rlimits_warn_naming_the_prlimit_keys(tmp_path):
     assert read_proc_limits(tmp_path / "proc")["nofile"] == ("1024", "524288")
 
 
+def test_both_open_file_rows_judge_against_the_one_threshold(tmp_path):
+    """The unit's RLIMIT_NOFILE row and the container's row agree: sglang's own target
+    (65535) is enough in both, one less warns in both."""
+    for hard, expected in ((MIN_NOFILE, OK), (MIN_NOFILE - 1, WARN)):
+        limits = LIMITS_GOOD.replace(
+            "Max open files            1048576              1048576",
+            f"Max open files            {hard}              {hard}",
+        )
+        container = rows(tmp_path / str(hard), range(48), limits=limits)["container rlimits"]
+        unit, _ = rlimit_rows(hard, RLIM_INFINITY, "made up")
+        assert (container.status, unit.status) == (expected, expected), (container, unit)
+        if expected == WARN:
+            assert f"nofile >= {MIN_NOFILE}" in container.detail
+            assert f"soft limit to {MIN_NOFILE}" in unit.detail
+            assert "lxc.prlimit.nofile: 1048576" in container.fix
+
+
 def test_cpus_off_the_gpu_nodes_or_a_node_without_cpus_warn(tmp_path):
     one_node = rows(tmp_path / "a", range(32), cpus="0-31")
     assert one_node["gpu numa placement"].status == WARN
@@ -133,7 +154,7 @@ def test_cgroup_v1_and_unknown_numa(tmp_path):
 
 
 def test_nothing_readable_is_unknown_not_an_error(tmp_path):
-    ctx = PreflightContext(config_from_mapping({}), None, "no driver")
+    ctx = no_gpu_context(config_from_mapping({}))
     found = {r.name: r for r in check_container_resources(ctx, tmp_path, tmp_path, affinity={0})}
     assert found["container memory"].status == UNKNOWN
     assert found["container rlimits"].status == UNKNOWN
@@ -142,3 +163,7 @@ def test_nothing_readable_is_unknown_not_an_error(tmp_path):
 
 def test_registered_in_default_checks():
     assert check_container_resources in default_checks()
+
+
+def no_gpu_context(config) -> PreflightContext:
+    return PreflightContext(config, HostFacts.given(config, nvml_error="no driver"))

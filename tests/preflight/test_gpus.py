@@ -9,18 +9,18 @@ import types
 import pynvml
 import pytest
 
-from glm5svc.checks import FAIL, OK, UNKNOWN, WARN
 from glm5svc.config import Config
 from glm5svc.gpus import detect_gpus, read_nvml_facts
 from glm5svc.nvml import NvmlUnavailable, PynvmlSource
-from glm5svc.preflight import (
+from glm5svc.preflight.gpu import (
     check_compute_capability,
     check_driver,
     check_gpu_count,
     check_gpu_processes,
     list_gpu_processes,
-    run_preflight,
 )
+from glm5svc.preflight.rows import FAIL, OK, UNKNOWN, WARN
+from glm5svc.preflight.run import run_preflight
 from testkit import fake_pynvml
 
 

@@ -6,9 +6,10 @@ import json
 
 import pytest
 
-from glm5svc.checks import FAIL, OK, PreflightContext
 from glm5svc.config import config_from_mapping
-from glm5svc.model_check import check_model_directory
+from glm5svc.facts import HostFacts
+from glm5svc.preflight.model import check_model_directory
+from glm5svc.preflight.rows import FAIL, OK, PreflightContext
 
 
 def make_checkpoint(root, shards=3, quant=True, drop=None, empty=None):
@@ -29,7 +30,7 @@ def make_checkpoint(root, shards=3, quant=True, drop=None, empty=None):
 
 def rows_for(path):
     config = config_from_mapping({"model": {"path": str(path)}})
-    ctx = PreflightContext(config, None, "no driver")
+    ctx = PreflightContext(config, HostFacts.given(config, nvml_error="no driver"))
     return {row.name: row for row in check_model_directory(ctx)}
 
 

@@ -5,26 +5,27 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from resource import RLIM_INFINITY
 
 import pytest
 import yaml
 
-import glm5svc.preflight as preflight
-import glm5svc.rlimits as rlimits
-from glm5svc.checks import FAIL, OK, UNKNOWN, WARN, CheckRow, PreflightContext
+import glm5svc.preflight.limits as rlimits
+import glm5svc.preflight.topology as topology
 from glm5svc.config import Config, config_from_mapping, example_config_path
+from glm5svc.facts import HostFacts
 from glm5svc.gpus import GpuFacts
-from glm5svc.preflight import (
+from glm5svc.preflight.gpu import (
     check_compute_capability,
-    check_cuda_toolkit,
     check_gpu_count,
     check_uvm_device,
     check_uvm_hmm,
-    default_checks,
-    run_preflight,
 )
-from glm5svc.rlimits import check_rlimits, rlimit_rows, unit_limits
+from glm5svc.preflight.limits import check_rlimits, rlimit_rows, unit_limits
+from glm5svc.preflight.rows import FAIL, OK, UNKNOWN, WARN, CheckRow, PreflightContext
+from glm5svc.preflight.run import default_checks, run_preflight
+from glm5svc.preflight.stack import check_cuda_toolkit
 from tests.preflight.test_topology import PCIE8_P2P_NS, PCIE8_TOPO
 
 SM120_X8 = GpuFacts(8, (12, 0), "580.95.05", ["NVIDIA RTX PRO 6000 Blackwell"] * 8, "nvml")
@@ -32,7 +33,12 @@ SM120_X8 = GpuFacts(8, (12, 0), "580.95.05", ["NVIDIA RTX PRO 6000 Blackwell"] *
 
 def context(gpus=SM120_X8, mapping=None):
     config = config_from_mapping(mapping) if mapping else Config()
-    return PreflightContext(config, gpus, None if gpus else "no NVIDIA driver: not found")
+    return given(config, gpus)
+
+
+def given(config, gpus) -> PreflightContext:
+    facts = HostFacts.given(config, gpus, nvml_error="no NVIDIA driver: not found")
+    return PreflightContext(config, facts)
 
 
 def test_preflight_without_gpu_is_clear_and_fails(tmp_path):
@@ -171,6 +177,13 @@ def h200_machine(tmp_path):
     return config_from_mapping(data)
 
 
+def read_on(config, gpus) -> PreflightContext:
+    """The host's facts as serve reads them (the sglang at PYTHONPATH, config.json), on the
+    made-up GPUs NVML would have shown."""
+    facts = replace(HostFacts.read(config), gpus=gpus, nvml_error=None)
+    return PreflightContext(config, facts)
+
+
 def all_rows(ctx):
     rows = []
     for check in default_checks():
@@ -183,7 +196,7 @@ def all_rows(ctx):
 
 def test_preflight_on_an_h200_fails_only_on_what_is_wrong_there(tmp_path):
     config = h200_machine(tmp_path)
-    rows = all_rows(PreflightContext(config, H200_X1, None))
+    rows = all_rows(read_on(config, H200_X1))
     failures = {name for name, row in rows.items() if row.status == FAIL}
     # This dev machine has no /dev/nvidia-uvm: a real failure wherever it is missing.
     assert failures <= {"/dev/nvidia-uvm"}, {n: rows[n].detail for n in failures}
@@ -199,7 +212,7 @@ def test_preflight_on_an_h200_fails_only_on_what_is_wrong_there(tmp_path):
     assert rows["uvm_disable_hmm"].status in (OK, WARN)
     # The same machine with the default (sm120) config fails on the sm120 rules.
     default = config_from_mapping({"model": {"path": str(config.model.path)}})
-    strict = all_rows(PreflightContext(default, H200_X1, None))
+    strict = all_rows(read_on(default, H200_X1))
     assert strict["compute capability"].status == FAIL
     assert strict["model quantization"].status == FAIL
     assert strict["model shards"].status == FAIL
@@ -246,6 +259,6 @@ def test_unit_limits_are_what_the_running_unit_got(tmp_path):
 
 
 def test_topology_row_covers_the_gpus_the_config_uses(monkeypatch):
-    monkeypatch.setattr(preflight, "read_topology", lambda: (PCIE8_TOPO, PCIE8_P2P_NS))
-    row = preflight.check_gpu_topology(context(mapping={"gpus": {"expected_count": 2}}))[0]
+    monkeypatch.setattr(topology, "read_topology", lambda: (PCIE8_TOPO, PCIE8_P2P_NS))
+    row = topology.check_gpu_topology(context(mapping={"gpus": {"expected_count": 2}}))[0]
     assert row.detail.startswith("2 of 8 GPUs (those the service uses), 1 pairs")

@@ -7,15 +7,17 @@ import json
 import os
 import socket
 
-from glm5svc.checks import FAIL, OK, WARN, PreflightContext
 from glm5svc.config import config_from_mapping
-from glm5svc.preflight import default_checks
-from glm5svc.service_checks import LAST_RUN_FILE, check_exposure, check_last_run, check_ports
+from glm5svc.facts import HostFacts
+from glm5svc.preflight.rows import FAIL, OK, WARN, PreflightContext
+from glm5svc.preflight.run import default_checks
+from glm5svc.preflight.service import LAST_RUN_FILE, check_exposure, check_last_run, check_ports
 from testkit.engine import free_port
 
 
 def context(mapping):
-    return PreflightContext(config_from_mapping(mapping), None, "no NVML here")
+    config = config_from_mapping(mapping)
+    return PreflightContext(config, HostFacts.given(config, nvml_error="no NVML here"))
 
 
 def ports(engine: int, listener: int) -> dict:

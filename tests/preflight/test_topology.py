@@ -6,12 +6,14 @@ import subprocess
 
 import pytest
 
-from glm5svc.checks import OK, UNKNOWN, WARN, PreflightContext
 from glm5svc.config import Config, config_from_mapping
-from glm5svc.preflight import check_gpu_topology, default_checks
-from glm5svc.topology import (
+from glm5svc.facts import HostFacts
+from glm5svc.preflight.rows import OK, UNKNOWN, WARN, PreflightContext
+from glm5svc.preflight.run import default_checks
+from glm5svc.preflight.topology import (
     TopologyError,
     assess,
+    check_gpu_topology,
     parse_gpu_matrix,
     read_topology,
 )
@@ -211,7 +213,9 @@ def test_read_topology_tolerates_a_failing_p2p_query():
 def test_preflight_check_is_registered_and_unknown_without_nvidia_smi(monkeypatch):
     assert check_gpu_topology in default_checks()
     monkeypatch.setattr("shutil.which", lambda name: None)
-    (row,) = check_gpu_topology(PreflightContext(Config(), None, "no driver"))
+    (row,) = check_gpu_topology(
+        PreflightContext(Config(), HostFacts.given(Config(), nvml_error="no driver"))
+    )
     assert row.status == UNKNOWN
     assert "nvidia-smi not found" in row.detail
 
@@ -224,7 +228,9 @@ def test_preflight_check_uses_the_configured_level_and_devices(monkeypatch):
         lambda argv, **kw: subprocess.CompletedProcess(argv, *outputs[" ".join(argv[1:])]),
     )
     config = config_from_mapping({"gpus": {"nccl_p2p_level": "PHB"}})
-    rows = {r.name: r for r in check_gpu_topology(PreflightContext(config, None, None))}
+    rows = {
+        r.name: r for r in check_gpu_topology(PreflightContext(config, HostFacts.given(config)))
+    }
     assert rows["nccl transport"].status == WARN
     assert "needs NCCL_P2P_LEVEL SYS, configured PHB" in rows["nccl transport"].detail
     assert rows["nccl transport"].fix

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -17,10 +18,42 @@ from pathlib import Path
 import pytest
 import yaml
 
+from glm5svc.serve import supervisor as supervisor_module
 from testkit.engine import TEST_ENGINE, free_port
 from testkit.timing import scaled
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+@contextlib.contextmanager
+def restored_signal_handlers():
+    """Supervisor.run() in the test process installs its handlers: put pytest's back."""
+    signals = (*supervisor_module.STOP_SIGNALS, *supervisor_module.IGNORED_SIGNALS, signal.SIGCHLD)
+    saved = {sig: signal.getsignal(sig) for sig in signals}
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+
+
+def run_in_process(service, until, timeout: float = 60.0) -> int:
+    """Run a built service (glm5svc.serve.service) in this process, as `glm5svc serve` does,
+    and send it SIGTERM's event once `until(state)` holds (or after `timeout`); its exit
+    status."""
+
+    def watch():
+        deadline = time.monotonic() + timeout
+        while not until(service.supervisor.state) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        service.supervisor.events.put(supervisor_module.SignalReceived(signal.SIGTERM))
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    with restored_signal_handlers():
+        status = service.run()
+    watcher.join(5)
+    return status
 
 
 def write_config(tmp_path: Path, mode: str, server: dict | None = None, **service) -> Path:

@@ -6,7 +6,6 @@ what systemd is told, what is left running (always nothing).
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 import os
@@ -24,12 +23,11 @@ import pytest
 
 from glm5svc.config import load_config
 from glm5svc.serve import supervisor as supervisor_module
-from glm5svc.serve.listener import HealthListener
-from glm5svc.serve.metrics import build_registry
 from glm5svc.serve.process import live_group_members
 from glm5svc.serve.relay import StderrSink
+from glm5svc.serve.service import build_service
 from testkit.engine import free_port
-from tests.serve.conftest import write_config
+from tests.serve.conftest import restored_signal_handlers, write_config
 
 
 def engine_url(process) -> str:
@@ -57,22 +55,6 @@ def engine_metric(url: str, name: str) -> float:
             if line.startswith(f"sglang:{name}"):
                 return float(line.rsplit(" ", 1)[1])
     raise AssertionError(f"no sglang:{name}")
-
-
-def engine_argv(config) -> list[str]:
-    return [*config.server.command, "--host", "127.0.0.1", "--port", str(config.server.port)]
-
-
-@contextlib.contextmanager
-def restored_signal_handlers():
-    """Supervisor.run() in the test process installs its handlers: put pytest's back."""
-    signals = (*supervisor_module.STOP_SIGNALS, *supervisor_module.IGNORED_SIGNALS, signal.SIGCHLD)
-    saved = {sig: signal.getsignal(sig) for sig in signals}
-    try:
-        yield
-    finally:
-        for sig, handler in saved.items():
-            signal.signal(sig, handler)
 
 
 def wait_gone(pgid: int, timeout: float) -> list[int]:
@@ -140,16 +122,15 @@ def test_an_unexpected_exception_in_the_loop_still_ends_the_group(tmp_path, monk
     config = load_config(write_config(tmp_path, "load=0.2"))
     stream = io.StringIO()
     monkeypatch.setattr(supervisor_module, "become_subreaper", lambda: False)
-    supervisor = supervisor_module.Supervisor(
-        config, argv=engine_argv(config), plan_env={}, sink=StderrSink(stream)
-    )
+    service = build_service(config, sink=StderrSink(stream))
+    supervisor = service.supervisor
 
     def explode(now):
         raise OverflowError("timestamp too large to convert to C _PyTime_t")
 
     monkeypatch.setattr(supervisor, "_serving_step", explode)
     with restored_signal_handlers(), pytest.raises(OverflowError):
-        supervisor.run()
+        service.run()
     assert live_group_members(supervisor.engine.pid) == []
     assert "ended the server's process group on exit: killed" in stream.getvalue()
 
@@ -297,13 +278,13 @@ ctypes.CDLL(None).pthread_exit(None)
 
 
 def test_drain_report_waits_for_the_launchers_exit_status(tmp_path, monkeypatch):
-    config = load_config(write_config(tmp_path, "load=0.2", drain_timeout_s=30))
+    launcher = {"command": [sys.executable, "-c", LINGERING_LAUNCHER]}
+    config = load_config(write_config(tmp_path, "load=0.2", launcher, drain_timeout_s=30))
     monkeypatch.setattr(supervisor_module, "become_subreaper", lambda: False)
     out = io.StringIO()
-    launcher = [sys.executable, "-c", LINGERING_LAUNCHER]
-    supervisor = supervisor_module.Supervisor(
-        config, argv=launcher, plan_env={}, sink=StderrSink(out)
-    )
+    service = build_service(config, sink=StderrSink(out))
+    service.stop()  # only the supervisor's drain step is under test here
+    supervisor = service.supervisor
     supervisor.engine.start()
     pgid = supervisor.engine.pid
     deadline = time.monotonic() + 5
@@ -330,18 +311,8 @@ def test_livez_stays_alive_during_a_drain_longer_than_the_stale_limit(tmp_path, 
     """In process, with the liveness limit shortened: draining is alive."""
     config = load_config(write_config(tmp_path, "load=0.2,ignore-sigterm", drain_timeout_s=2.0))
     monkeypatch.setattr(supervisor_module, "become_subreaper", lambda: False)
-    supervisor = supervisor_module.Supervisor(
-        config, argv=engine_argv(config), plan_env={}, sink=StderrSink(io.StringIO())
-    )
-    listener = HealthListener(
-        supervisor.state,
-        build_registry(supervisor.state),
-        "127.0.0.1",
-        config.service.listen_port,
-        loop_stale_after_s=0.5,
-    )
-    listener.start()
-    supervisor.listener = listener
+    service = build_service(config, sink=StderrSink(io.StringIO()), loop_stale_after_s=0.5)
+    supervisor = service.supervisor
     livez: list[int] = []
 
     def watch():
@@ -362,11 +333,8 @@ def test_livez_stays_alive_during_a_drain_longer_than_the_stale_limit(tmp_path, 
 
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
-    try:
-        with restored_signal_handlers():
-            assert supervisor.run() == 0
-    finally:
-        listener.stop()
+    with restored_signal_handlers():
+        assert service.run() == 0
     watcher.join(5)
     assert len(livez) >= 10  # the 2 s drain, four times the stale limit
     assert set(livez) == {200}

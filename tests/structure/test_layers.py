@@ -142,9 +142,20 @@ def test_the_function_import_finder_finds_one(tmp_path):
 
 
 def test_the_architecture_document_shows_the_contract_s_layers():
+    """Each layers contract is a table in docs/architecture.md: the package's under "Layers",
+    a sub-package's under the heading that names it ("### Inside `preflight`")."""
     contract = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]
-    (layers,) = [c["layers"] for c in contract["contracts"] if c["type"] == "layers"]
+    layered = {
+        c["containers"][0]: c["layers"] for c in contract["contracts"] if c["type"] == "layers"
+    }
     text = (REPO / "docs" / "architecture.md").read_text()
-    rows = re.findall(r"^\| \d+ \| (.+?) \| .+ \|$", text, re.MULTILINE)
-    shown = [" | ".join(re.findall(r"`([\w.]+)`", row)) for row in rows]
-    assert shown == layers
+    inside = re.split(r"^### Inside `(\w+)`.*$", text, flags=re.MULTILINE)
+    sections = {"glm5svc": inside[0]}
+    sections.update(
+        {f"glm5svc.{name}": body for name, body in zip(inside[1::2], inside[2::2], strict=True)}
+    )
+    assert set(layered) == set(sections)
+    for container, layers in layered.items():
+        rows = re.findall(r"^\| \d+ \| (.+?) \| .+ \|$", sections[container], re.MULTILINE)
+        shown = [" | ".join(re.findall(r"`([\w.]+)`", row)) for row in rows]
+        assert shown == layers, container

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from glm5svc.checks import FAIL, OK, CheckRow, PreflightContext
+from glm5svc.preflight.rows import FAIL, OK, CheckRow, PreflightContext
 from glm5svc.targets import get_target, planned_quantization
 
 INDEX_FILE = "model.safetensors.index.json"

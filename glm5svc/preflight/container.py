@@ -10,9 +10,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from glm5svc.checks import OK, UNKNOWN, WARN, CheckRow, PreflightContext
 from glm5svc.hostfacts.gpu_numa import parse_cpulist, read_placement
-from glm5svc.hostfacts.limits import MEMLOCK, NOFILE
+from glm5svc.hostfacts.limits import MEMLOCK, MIN_NOFILE, NOFILE
+from glm5svc.preflight.rows import OK, UNKNOWN, WARN, CheckRow, PreflightContext
 from glm5svc.proc_limits import read_proc_limits
 
 MIN_CPUS_PER_GPU = 2  # a busy-polling TP rank each, plus tokenizer/detokenizer/JIT
@@ -147,7 +147,7 @@ def _rlimit_row(limits: dict[str, tuple[str, str]]) -> CheckRow:
     memlock, nofile = limits["memlock"], limits["nofile"]
     detail = f"memlock {'/'.join(memlock)}, nofile {'/'.join(nofile)} (soft/hard, this process)"
     nofile_hard = float("inf") if nofile[1] == "unlimited" else int(nofile[1])
-    if memlock[1] != MEMLOCK or nofile_hard < NOFILE:
+    if memlock[1] != MEMLOCK or nofile_hard < MIN_NOFILE:
         fix = (
             f"lxc.prlimit.memlock: {MEMLOCK} and lxc.prlimit.nofile: {NOFILE} in "
             "the container config (glm5_host_lxc_resources_memlock/_nofile), then restart the "
@@ -157,7 +157,7 @@ def _rlimit_row(limits: dict[str, tuple[str, str]]) -> CheckRow:
             "container rlimits",
             WARN,
             detail + ": the container's hard limits cap what glm5.service's LimitMEMLOCK and "
-            "LimitNOFILE can raise",
+            f"LimitNOFILE can raise (the server needs memlock {MEMLOCK}, nofile >= {MIN_NOFILE})",
             fix,
         )
     if memlock[0] != MEMLOCK:

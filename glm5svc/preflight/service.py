@@ -13,9 +13,9 @@ import json
 from datetime import UTC, datetime
 from pathlib import Path
 
-from glm5svc.checks import FAIL, OK, WARN, CheckRow, PreflightContext
 from glm5svc.config import exposure_warning
 from glm5svc.port_owners import holders, port_listened
+from glm5svc.preflight.rows import FAIL, OK, WARN, CheckRow, PreflightContext
 
 LAST_RUN_FILE = "serve-last-run.json"
 

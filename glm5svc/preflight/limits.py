@@ -7,11 +7,9 @@ import resource
 import subprocess
 from pathlib import Path
 
-from glm5svc.checks import OK, WARN, CheckRow, PreflightContext
-from glm5svc.hostfacts.limits import NOFILE
+from glm5svc.hostfacts.limits import MIN_NOFILE, NOFILE
+from glm5svc.preflight.rows import OK, WARN, CheckRow, PreflightContext
 from glm5svc.proc_limits import read_proc_limits
-
-MIN_NOFILE = 65536  # 1024 concurrent streams plus NCCL and shard files
 
 SERVICE_UNIT = "glm5.service"
 
@@ -91,7 +89,8 @@ def rlimit_rows(nofile: int, memlock: int, whose: str) -> list[CheckRow]:
         CheckRow(
             "RLIMIT_NOFILE",
             OK if nofile_ok else WARN,
-            f"hard limit {_limit(nofile)} ({whose}); 1024 concurrent streams need >= {MIN_NOFILE}",
+            f"hard limit {_limit(nofile)} ({whose}); sglang raises its soft limit to {MIN_NOFILE} "
+            "and needs a hard limit at least that high",
             ""
             if nofile_ok
             else f"LimitNOFILE={NOFILE} in {SERVICE_UNIT} (the shipped unit has it); in a "

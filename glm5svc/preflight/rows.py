@@ -1,7 +1,7 @@
-"""Check rows and their statuses: what every preflight check returns.
+"""Check rows and their statuses, and what every check gets: the preflight package's floor.
 
-The checks (preflight, container_resources, model_check, topology, patches.preflight) all
-import this module; it imports none of them, so no check ever imports another to get a row.
+Every check module here imports this one and no other check, so no check ever imports
+another to get a row.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from glm5svc.config import Config
+from glm5svc.facts import HostFacts
 from glm5svc.gpus import GpuFacts
 
 OK, WARN, FAIL, UNKNOWN = "ok", "warn", "fail", "unknown"
@@ -34,11 +35,20 @@ class CheckRow:
 
 @dataclass
 class PreflightContext:
-    """What every check gets: the configuration and the GPUs NVML saw (None: why not)."""
+    """What every check gets: the configuration and the host's facts, read once
+    (glm5svc.facts)."""
 
     config: Config
-    gpus: GpuFacts | None
-    nvml_error: str | None
+    facts: HostFacts
+
+    @property
+    def gpus(self) -> GpuFacts | None:
+        """The GPUs NVML saw; None when it could not be read (nvml_error says why)."""
+        return self.facts.nvml_gpus
+
+    @property
+    def nvml_error(self) -> str | None:
+        return self.facts.nvml_error
 
 
 Check = Callable[[PreflightContext], list[CheckRow]]

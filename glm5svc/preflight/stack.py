@@ -1,12 +1,19 @@
-"""Preflight rows for the sglang stack and its patches (glm5svc preflight)."""
+"""Preflight rows for the serving stack: the CUDA toolkit of the stack profile, the sglang
+installed for server.python against the profile's pin, and each sglang patch.
+"""
 
 from __future__ import annotations
 
-from glm5svc.checks import FAIL, OK, WARN, CheckRow, PreflightContext
+import re
+import subprocess
+from pathlib import Path
+
 from glm5svc.errors import Glm5Error
-from glm5svc.model_info import read_model_facts
+from glm5svc.facts import HostFacts
+from glm5svc.model_info import ModelFacts
+from glm5svc.patches import NSA_PATCH_ID
 from glm5svc.patches.engine import PatchResult, Verdict
-from glm5svc.patches.report import NSA_PATCH_ID, patch_report
+from glm5svc.preflight.rows import FAIL, OK, WARN, CheckRow, PreflightContext
 from glm5svc.profiles import StackProfile, load_profile
 from glm5svc.targets import get_target, planned_moe_backend
 
@@ -15,21 +22,45 @@ AUTOTUNE_PATCH_ID = "flashinfer-cutlass-autotune"
 APPLY = "glm5svc patch apply"
 
 
+def check_cuda_toolkit(ctx: PreflightContext) -> list[CheckRow]:
+    """The CUDA toolkit of the stack profile (cu128: 12.8, cu130: 13.0) at CUDA_HOME."""
+    profile = load_profile(ctx.config.server.profile)
+    scope = f"profile {profile.name}"
+    home = Path(ctx.config.server.cuda_home or profile.cuda_home)
+    nvcc = home / "bin" / "nvcc"
+    fix = (
+        f"install cuda-toolkit-{profile.cuda_version.replace('.', '-')} (container role), "
+        "or point server.cuda_home at it"
+    )
+    if not nvcc.exists():
+        return [CheckRow("cuda toolkit", FAIL, f"{nvcc} not found", fix, scope)]
+    try:
+        out = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return [CheckRow("cuda toolkit", FAIL, f"{nvcc} does not run: {exc}", fix, scope)]
+    match = re.search(r"release (\d+\.\d+)", out.stdout)
+    release = match.group(1) if match else "unknown"
+    if release != profile.cuda_version:
+        detail = f"{nvcc} is CUDA {release}; profile {profile.name} needs {profile.cuda_version}"
+        return [CheckRow("cuda toolkit", FAIL, detail, fix, scope)]
+    return [CheckRow("cuda toolkit", OK, f"CUDA {release} at {home}", scope=scope)]
+
+
 def check_stack_and_patches(ctx: PreflightContext) -> list[CheckRow]:
-    """The preflight check: rows for the service venv's sglang (ctx.config.server.python)."""
+    """The service venv's sglang (server.python) and its patches, as the host facts read
+    them."""
     config = ctx.config
     try:
         profile = load_profile(config.server.profile)
     except Glm5Error as exc:
         return [CheckRow("stack profile", FAIL, str(exc), "set server.profile to a known one")]
-    return preflight_rows(config, profile, patch_needs(config))
+    return stack_rows(ctx.facts, profile, patch_needs(config, ctx.facts.model))
 
 
-def patch_needs(config) -> dict[str, tuple[bool, str]]:
+def patch_needs(config, model: ModelFacts) -> dict[str, tuple[bool, str]]:
     """{patch id: (does this plan need it, why)}: the autotune patch for the CUTLASS FP4 MoE
     runner, the NSA fix for a model with DSA attention (model.path's config.json)."""
     target = get_target(config.gpus.target)
-    model = read_model_facts(config.model.path)
     moe = planned_moe_backend(config.tuning, target) if model.moe else None
     uses_cutlass = moe == "flashinfer_cutlass"
     return {
@@ -49,21 +80,23 @@ def patch_needs(config) -> dict[str, tuple[bool, str]]:
     }
 
 
-def preflight_rows(
-    target, profile: StackProfile | None = None, needs: dict[str, tuple[bool, str]] | None = None
+def stack_rows(
+    facts: HostFacts,
+    profile: StackProfile | None = None,
+    needs: dict[str, tuple[bool, str]] | None = None,
 ) -> list[CheckRow]:
-    """Rows (name, status ok/warn/fail, detail, fix): the installed sglang against the
-    profile's pin, then one row per patch. `target` as for patch_report. `needs` (from
-    patch_needs): a patch the plan does not need is reported, never a failure."""
-    try:
-        report = patch_report(target)
-    except Glm5Error as exc:
+    """Rows: the installed sglang against the profile's pin, then one row per patch. `needs`
+    (from patch_needs): a patch the plan does not need is reported, never a failure."""
+    if facts.sglang is None:
         fix = "install the stack: pip install -r " + (
             str(profile.requirements_path) if profile else "<profile>.txt"
         )
-        return [CheckRow("sglang", FAIL, exc.render(), fix)]
-    rows = [_version_row(report.install.version, profile)]
-    for result in report.results:
+        return [CheckRow("sglang", FAIL, facts.sglang_error, fix)]
+    rows = [_version_row(facts.sglang.version, profile)]
+    if facts.patches is None:
+        fix = "reinstall the profile's pinned sglang, or fix glm5svc/data/patches"
+        return rows + [CheckRow("patches", FAIL, facts.patches_error, fix)]
+    for result in facts.patches.results:
         needed, why = (needs or {}).get(result.patch.id, (True, ""))
         rows.append(_patch_row(result) if needed else _unneeded_row(result, why))
     return rows

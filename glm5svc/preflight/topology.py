@@ -2,7 +2,7 @@
 
 The matrices are parsed by glm5svc.hostfacts.nvidia_topo, the parser the host's P2P report
 (Ansible) uses too; reading is separate so that tests feed recorded outputs. `assess()` turns the
-two matrices into the check rows that preflight shows.
+two matrices into the check rows that preflight shows (`check_gpu_topology`).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import combinations
 
-from glm5svc.checks import OK, UNKNOWN, WARN, CheckRow
 from glm5svc.hostfacts.nvidia_topo import GpuMatrix, TopologyError, parse_gpu_matrix
+from glm5svc.preflight.rows import OK, UNKNOWN, WARN, CheckRow, PreflightContext
 
 NVLINK = re.compile(r"^NV(\d+)$")
 
@@ -228,3 +228,17 @@ def _call(run: Runner, argv: list[str]) -> str:
             + (said[-1] if said else "no output")
         )
     return result.stdout
+
+
+def check_gpu_topology(ctx: PreflightContext) -> list[CheckRow]:
+    """Link types (topo -m) and P2P reads (topo -p2p r) per pair of the GPUs the service
+    uses (gpus.visible_devices, else the first gpus.expected_count), and NCCL's transport."""
+    gpus = ctx.config.gpus
+    used = gpus.visible_devices
+    if used is None:
+        used = list(range(gpus.expected_count))
+    try:
+        topo, p2p = read_topology()
+        return assess(topo, p2p, gpus.nccl_p2p_level, used)
+    except TopologyError as exc:
+        return [CheckRow("gpu topology", UNKNOWN, str(exc))]

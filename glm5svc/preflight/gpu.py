@@ -1,117 +1,21 @@
-"""`glm5svc preflight`: check what the reference deployment tripped on, each with its fix.
+"""Preflight rows about the GPUs and their driver: NVML's driver, the GPU count, the compute
+capability against the target, processes holding GPU memory, nvidia_uvm's HMM and device.
 
-Every check returns rows (ok / warn / fail / unknown); none raises. It must say the
-right thing on a machine with no GPU, and never print a traceback.
+Every check returns rows (ok / warn / fail / unknown); none raises. It must say the right
+thing on a machine with no GPU.
 """
 
 from __future__ import annotations
 
-import os
-import re
-import shutil
-import subprocess
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from glm5svc.checks import (
-    FAIL,
-    OK,
-    UNIVERSAL,
-    UNKNOWN,
-    WARN,
-    Check,
-    CheckRow,
-    PreflightContext,
-)
-from glm5svc.config import Config
-from glm5svc.container_resources import check_container_resources
-from glm5svc.gpus import parse_compute_capability, read_nvml_facts
-from glm5svc.model_check import check_model_directory
+from glm5svc.gpus import parse_compute_capability
 from glm5svc.nvml import NvmlUnavailable, PynvmlSource
-from glm5svc.patches.preflight import check_stack_and_patches
 from glm5svc.port_owners import command_of
-from glm5svc.profiles import load_profile
-from glm5svc.rlimits import check_rlimits
-from glm5svc.service_checks import check_exposure, check_last_run, check_ports
+from glm5svc.preflight.rows import FAIL, OK, UNKNOWN, WARN, CheckRow, PreflightContext
 from glm5svc.targets import get_target, known_targets, load_targets
-from glm5svc.topology import TopologyError, assess, read_topology
 
 UVM_HMM_PARAM = Path("/sys/module/nvidia_uvm/parameters/uvm_disable_hmm")
-MIN_FREE_CACHE_BYTES = 20 * 2**30  # FlashInfer/Triton JIT caches and autotune results
-
-
-@dataclass
-class PreflightReport:
-    rows: list[CheckRow] = field(default_factory=list)
-
-    @property
-    def has_failures(self) -> bool:
-        return any(row.status == FAIL for row in self.rows)
-
-    def to_dict(self) -> dict:
-        return {"ok": not self.has_failures, "checks": [asdict(row) for row in self.rows]}
-
-    def render(self) -> str:
-        width = max((len(row.name) for row in self.rows), default=10)
-        lines = []
-        for row in self.rows:
-            scope = "" if row.scope == UNIVERSAL else f" [{row.scope}]"
-            marker = " [no GPU here]" if row.no_gpu and row.status == FAIL else ""
-            lines.append(f"{row.status.upper():7} {row.name:<{width}}  {row.detail}{scope}{marker}")
-            if row.fix and row.status != OK:
-                lines.append(f"{'':7} {'':<{width}}  fix: {row.fix}")
-        fails = [row for row in self.rows if row.status == FAIL]
-        no_gpu = [row for row in fails if row.no_gpu]
-        if no_gpu:
-            lines.append(
-                f"{len(no_gpu)} of the {len(fails)} fails ([no GPU here]: "
-                f"{', '.join(row.name for row in no_gpu)}) are what a machine without an "
-                "NVIDIA GPU and driver shows (a lab, CI); on the GPU host they must pass"
-            )
-        verdict = "FAILED" if self.has_failures else "passed"
-        lines.append(f"preflight {verdict}: " + _counts(self.rows))
-        return "\n".join(lines)
-
-
-def _counts(rows: list[CheckRow]) -> str:
-    order = (OK, WARN, FAIL, UNKNOWN)
-    return ", ".join(f"{sum(r.status == s for r in rows)} {s}" for s in order)
-
-
-def run_preflight(config: Config, checks: list[Check] | None = None) -> PreflightReport:
-    try:
-        gpus, error = read_nvml_facts(), None
-    except NvmlUnavailable as exc:
-        gpus, error = None, str(exc)
-    context = PreflightContext(config, gpus, error)
-    report = PreflightReport()
-    for check in checks or default_checks():
-        try:
-            report.rows += check(context)
-        except Exception as exc:  # a broken check must not hide the others
-            report.rows.append(CheckRow(check.__name__, UNKNOWN, f"check failed: {exc!r}"))
-    return report
-
-
-def default_checks() -> list[Check]:
-    return [
-        check_driver,
-        check_gpu_count,
-        check_compute_capability,
-        check_gpu_topology,
-        check_uvm_hmm,
-        check_uvm_device,
-        check_cuda_toolkit,
-        check_model_directory,
-        check_stack_and_patches,
-        check_gpu_processes,
-        check_last_run,
-        check_rlimits,
-        check_container_resources,
-        check_disk,
-        check_ports,
-        check_exposure,
-    ]
 
 
 def check_driver(ctx: PreflightContext) -> list[CheckRow]:
@@ -191,20 +95,6 @@ def check_compute_capability(ctx: PreflightContext) -> list[CheckRow]:
     ]
 
 
-def check_gpu_topology(ctx: PreflightContext) -> list[CheckRow]:
-    """Link types (topo -m) and P2P reads (topo -p2p r) per pair of the GPUs the service
-    uses (gpus.visible_devices, else the first gpus.expected_count), and NCCL's transport."""
-    gpus = ctx.config.gpus
-    used = gpus.visible_devices
-    if used is None:
-        used = list(range(gpus.expected_count))
-    try:
-        topo, p2p = read_topology()
-        return assess(topo, p2p, gpus.nccl_p2p_level, used)
-    except TopologyError as exc:
-        return [CheckRow("gpu topology", UNKNOWN, str(exc))]
-
-
 def _sm(capability: tuple[int, int]) -> str:
     return "SM{}{} ({}.{})".format(*capability, *capability)
 
@@ -266,30 +156,6 @@ def check_uvm_device(ctx: PreflightContext, path: Path = Path("/dev/nvidia-uvm")
     ]
 
 
-def check_cuda_toolkit(ctx: PreflightContext) -> list[CheckRow]:
-    """The CUDA toolkit of the stack profile (cu128: 12.8, cu130: 13.0) at CUDA_HOME."""
-    profile = load_profile(ctx.config.server.profile)
-    scope = f"profile {profile.name}"
-    home = Path(ctx.config.server.cuda_home or profile.cuda_home)
-    nvcc = home / "bin" / "nvcc"
-    fix = (
-        f"install cuda-toolkit-{profile.cuda_version.replace('.', '-')} (container role), "
-        "or point server.cuda_home at it"
-    )
-    if not nvcc.exists():
-        return [CheckRow("cuda toolkit", FAIL, f"{nvcc} not found", fix, scope)]
-    try:
-        out = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return [CheckRow("cuda toolkit", FAIL, f"{nvcc} does not run: {exc}", fix, scope)]
-    match = re.search(r"release (\d+\.\d+)", out.stdout)
-    release = match.group(1) if match else "unknown"
-    if release != profile.cuda_version:
-        detail = f"{nvcc} is CUDA {release}; profile {profile.name} needs {profile.cuda_version}"
-        return [CheckRow("cuda toolkit", FAIL, detail, fix, scope)]
-    return [CheckRow("cuda toolkit", OK, f"CUDA {release} at {home}", scope=scope)]
-
-
 def check_gpu_processes(ctx: PreflightContext) -> list[CheckRow]:
     """A warning, not a failure: the engine still starts, but sizes its KV cache from the
     memory the others left."""
@@ -342,27 +208,3 @@ def list_gpu_processes(source: PynvmlSource | None = None) -> list[tuple[int, in
         ]
     finally:
         source.close()
-
-
-def check_disk(ctx: PreflightContext) -> list[CheckRow]:
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
-    rows = []
-    for label, path in (("cache disk", cache), ("results disk", ctx.config.service.results_dir)):
-        existing = _nearest_existing(path)
-        free = shutil.disk_usage(existing).free
-        enough = free >= MIN_FREE_CACHE_BYTES
-        rows.append(
-            CheckRow(
-                label,
-                OK if enough else WARN,
-                f"{free / 2**30:.1f} GiB free at {existing} (for {path})",
-                "" if enough else f"free at least {MIN_FREE_CACHE_BYTES // 2**30} GiB there",
-            )
-        )
-    return rows
-
-
-def _nearest_existing(path: Path) -> Path:
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    return path
