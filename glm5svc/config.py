@@ -596,8 +596,14 @@ def _at(document: YamlDocument | None, loc: tuple[Any, ...] | list[Any], problem
     key = ".".join(str(part) for part in loc) or "(top level)"
     if "\0" in key:
         key = repr(key)
+    if not loc and (named := _KEY_PATH.match(problem)):  # a rule across sections
+        line = document.line_of(named.group().split(".")) if document is not None else None
+        return f"line {line}: {problem}" if line else f"{key}: {problem}"
     line = document.line_of(loc) if document is not None else None
     return f"line {line}: {key}: {problem}" if line else f"{key}: {problem}"
+
+
+_KEY_PATH = re.compile(r"[a-z_]+(?:\.[a-z_]+)+")
 
 
 # pydantic's error types, said as what the key must be and how to write it.

@@ -66,7 +66,7 @@ BAD_CONFIGS = [
     ("benchmark: {ladder: [256, 64]}", "benchmark.ladder", "strictly increasing"),
     ("benchmark: {ladder: []}", "benchmark.ladder", "at least one"),
     ("telemetry: {pcie_period_s: 0.5}", "telemetry.pcie_period_s", "less than or equal to 0.05"),
-    ("service: {listen_port: 30000}", "(top level)", "health listener needs its own port"),
+    ("service: {listen_port: 30000}", "line 1: service.listen_port", "needs its own port"),
     ("benchmark: {post_start: {ladder: [0]}}", "benchmark.post_start.ladder.0", "greater than 0"),
     ("- just\n- a list", "top level must be a mapping", ""),
     ("tuning: [unclosed", "not valid YAML", ""),
