@@ -10,9 +10,9 @@ import pytest
 
 from glm5svc.bench.post_start import run_post_start_benchmark
 from glm5svc.cli import main
-from glm5svc.commands import serve as serve_command
 from glm5svc.config import load_config
 from glm5svc.errors import EXIT_CONFIG, ConfigError
+from glm5svc.serve import service as serve_service
 
 CORPUS = sorted((Path(__file__).parent / "broken").glob("*.yaml"))
 KNOWN = {"validate", "command", "serve", "preflight", "bench", "serve-post-start"}
@@ -50,7 +50,7 @@ def test_validate_refuses_as_the_commands_do(path, tmp_path, capsys, monkeypatch
     status, said = _refusal(capsys, ["validate", str(path)])
     assert status == EXIT_CONFIG, said
     assert said.startswith("glm5svc: ") and "Traceback" not in said
-    monkeypatch.setattr(serve_command, "Supervisor", _no_engine)
+    monkeypatch.setattr(serve_service, "Supervisor", _no_engine)
     for name in refused_by(path):
         if name == "serve-post-start":
             config = load_config(path)
