@@ -15,14 +15,24 @@ import re
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import Literal
 
 import yaml
 from packaging.version import InvalidVersion, Version
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from glm5svc.errors import ConfigError
 
 PROFILES_DIR = Path(__file__).parent / "data" / "profiles"
+# What roles/glm5_venv installs (glm5_venv_stack): the lock, or sglang alone (no dependencies).
+ContainerInstall = Literal["lock", "sglang-only"]
 
 
 class StackProfile(BaseModel):
@@ -36,6 +46,10 @@ class StackProfile(BaseModel):
     cuda_home: Path
     python_version: str = Field(pattern=r"^3\.\d+$")
     requirements: str = Field(min_length=1)
+    # Container play: {Debian release: installs it runs there}, and why the rest is refused
+    # (roles/glm5_stack reads these same keys from the same file).
+    containers: dict[str, list[ContainerInstall]] = Field(default_factory=dict)
+    refusals: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("sglang_version", "torch_version")
     @classmethod
@@ -45,6 +59,24 @@ class StackProfile(BaseModel):
         except InvalidVersion:
             raise ValueError(f"'{value}' is not a version number") from None
         return value
+
+    @model_validator(mode="after")
+    def _every_refusal_has_its_reason(self) -> StackProfile:
+        for release in ("debian12", "debian13"):
+            runs = self.containers.get(release, [])
+            if set(runs) != {"lock", "sglang-only"} and not self.refusals.get(release):
+                raise ValueError(
+                    f"containers: {release} runs only {runs}: refusals.{release} must say why"
+                )
+        return self
+
+    def container_refusal(self, release: str, install: ContainerInstall) -> str | None:
+        """Why the container play refuses this stack on `release` (e.g. debian13), or None."""
+        if install in self.containers.get(release, []):
+            return None
+        return self.refusals.get(
+            release, f"glm5svc/data/profiles/{self.name}.yaml lists no {release} under containers"
+        )
 
     @property
     def requirements_path(self) -> Path:
