@@ -5,7 +5,9 @@ Boots Debian 12 and 13 with systemd in LXC, runs playbooks/glm5_container.yml ag
 test engine in place of sglang's server), checks idempotence, then molecule/container/
 verify.yml: glm5.service active (Type=notify, glm5svc as main process), /readyz, patches
 applied, a config change restarts it, a bad value is refused with the old file kept, and
-`systemctl stop` leaves no engine process. Needs root, LXC and mmdebstrap (scripts/setup-dev.sh).
+`systemctl stop` leaves no engine process; the host role's hub token written 0600 in a new
+0700 folder on a fresh system, shown nowhere, the download's failure still saying why.
+Needs root, LXC and mmdebstrap (scripts/setup-dev.sh).
 """
 
 from __future__ import annotations
@@ -29,6 +31,11 @@ def test_molecule_container_scenario():
             "Check that the bad value failed clearly and the old file stayed",
             "Check that the change restarted the service",
             "Look for engine processes after the stop",
+            "Check the token's modes, its content and the failure message",
         ),
     )
     assert "idempotence: Executed: Successful" in words
+    # The hub token the verify step sets is in none of Molecule's output.
+    assert "hf_molecule_token_never_shown" not in words.replace(
+        "glm5_verify_token: hf_molecule_token_never_shown", ""
+    )
