@@ -6,7 +6,7 @@ test engine in place of sglang's server), checks idempotence, then molecule/cont
 verify.yml: glm5.service active (Type=notify, glm5svc as main process), /readyz, patches
 applied, a config change restarts it, a bad value is refused with the old file kept, and
 `systemctl stop` leaves no engine process; the host role's hub token written 0600 in a new
-0700 folder on a fresh system, shown nowhere, the download's failure still saying why.
+0700 folder on a fresh system, shown nowhere, a failed write still saying why.
 Needs root, LXC and mmdebstrap (scripts/setup-dev.sh).
 """
 
