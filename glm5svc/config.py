@@ -446,6 +446,11 @@ class Config(Section):
         return self
 
 
+# For a function that takes the API key already read: "not read yet, read
+# server.api_key_file here" (None means there is no key).
+READ_KEY_FILE = object()
+
+
 def read_api_key(key_file: Path | None) -> str | None:
     """The key in server.api_key_file (None when unset); ConfigError if unreadable or unusable.
 

@@ -18,7 +18,13 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from glm5svc.config import Config, exposure_warning, read_api_key, secrets_file_text
+from glm5svc.config import (
+    READ_KEY_FILE,
+    Config,
+    exposure_warning,
+    read_api_key,
+    secrets_file_text,
+)
 from glm5svc.errors import ConfigError
 from glm5svc.facts import HostFacts
 from glm5svc.gpus import GpuFacts, detect_gpus, parse_compute_capability
@@ -161,10 +167,6 @@ def _explain_rows(entries: list[PlanEntry]) -> list[str]:
         scope = f" [{entry.scope}]" if entry.scope else ""
         rows.append(f"  {shown}\n      {entry.reason}{origin}{scope}")
     return rows
-
-
-# build_launch_plan's api_key when the caller has not read it: read server.api_key_file.
-READ_KEY_FILE = object()
 
 
 def build_launch_plan(

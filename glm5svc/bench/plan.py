@@ -6,7 +6,7 @@ import math
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from glm5svc.config import BenchmarkSection, connect_host, read_api_key
+from glm5svc.config import READ_KEY_FILE, BenchmarkSection, connect_host, read_api_key
 from glm5svc.errors import ConfigError
 
 # A level's default time limit, from its workload, for slow but working servers: bench_serving
@@ -92,8 +92,16 @@ class BenchPlan:
         return data
 
 
-def plan_from_config(config, ladder: list[int] | None = None, **overrides: Any) -> BenchPlan:
-    """The plan the config describes (benchmark, server, model sections), then overrides."""
+def plan_from_config(
+    config,
+    ladder: list[int] | None = None,
+    *,
+    api_key: str | None | object = READ_KEY_FILE,
+    **overrides: Any,
+) -> BenchPlan:
+    """The plan the config describes (benchmark, server, model sections), then overrides.
+    `api_key`: the key already read (serve's post-start run has it from the host facts);
+    by default server.api_key_file is read here."""
     bench = config.benchmark
     server = config.server
     host = connect_host(server.host)
@@ -111,6 +119,6 @@ def plan_from_config(config, ladder: list[int] | None = None, **overrides: Any) 
         min_prompts=bench.min_prompts,
         warmup_requests=bench.warmup_requests,
         seed=bench.seed,
-        api_key=read_api_key(server.api_key_file),
+        api_key=read_api_key(server.api_key_file) if api_key is READ_KEY_FILE else api_key,
     )
     return plan.with_overrides(**overrides)

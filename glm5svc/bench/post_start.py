@@ -22,6 +22,7 @@ from glm5svc.bench.plan import plan_from_config
 from glm5svc.bench.results import BenchSummary
 from glm5svc.bench.runner import BenchEvent, ProgressCallback
 from glm5svc.bench.sweep import Judgement, run_benchmark
+from glm5svc.config import READ_KEY_FILE
 
 POST_START_KIND = "post-start"
 
@@ -34,14 +35,17 @@ def run_post_start_benchmark(
     base_url: str | None = None,
     stop_event: threading.Event | None = None,
     launch_plan: dict[str, Any] | None = None,
+    api_key: str | None | object = READ_KEY_FILE,
 ) -> BenchSummary:
     """Run benchmark.post_start's ladder against the server; write results under
     service.results_dir/bench/<stamp>-post-start; return the BenchSummary. `launch_plan`:
-    the summary of the plan the service launched, recorded with the results."""
+    the summary of the plan the service launched, recorded with the results; `api_key`:
+    the key the service read (else read from server.api_key_file)."""
     post = config.benchmark.post_start
     plan = plan_from_config(
         config,
         ladder=list(post.ladder),
+        api_key=api_key,
         num_prompts=post.num_prompts_per_level,
         base_url=base_url,
     )
@@ -79,6 +83,7 @@ def post_start_hook(context: Any) -> dict[str, Any]:
         base_url=context.engine_url,
         stop_event=getattr(context, "stop_requested", None),
         launch_plan=getattr(context, "launch_plan", None),
+        api_key=getattr(context, "api_key", READ_KEY_FILE),
     )
     return status_dict(context.config, summary)
 

@@ -98,6 +98,7 @@ class PostReadyContext:
     log: Callable[[str], None]
     sampler: object | None = None  # the service's GPU telemetry sampler, shared
     launch_plan: dict | None = None  # the summary of the plan this service launched
+    api_key: str | None = None  # the key the service read once (for the hook's requests)
 
 
 # hook(context) -> JSON-able dict shown in /status "benchmark" and exported on /metrics
@@ -504,6 +505,7 @@ class Supervisor:
             self.log,
             self.telemetry_sampler,
             self.state.launch_plan,
+            self.client.api_key,
         )
         thread = threading.Thread(
             target=self._run_post_ready_hook, args=(context,), name="post-ready", daemon=True

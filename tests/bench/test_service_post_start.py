@@ -23,6 +23,7 @@ from glm5svc.serve.service import build_service
 from tests.bench.test_ladder import write_baseline
 from tests.plan.test_launch_plan import SM120_X8
 from tests.serve.conftest import NotifyListener, ServeProcess, run_in_process, write_config
+from tests.serve.test_service_wiring import READERS, count_calls
 
 
 @pytest.mark.slow
@@ -93,19 +94,29 @@ def test_the_post_start_benchmark_and_status_record_the_launched_plan(
         "baseline": None,
         "post_start": {"enabled": True, "ladder": [4], "num_prompts_per_level": 8},
     }
+    key_file = tmp_path / "api-key"
+    key_file.write_text("sk-read-once\n")
+    data["server"]["api_key_file"] = str(key_file)
     config_path.write_text(yaml.safe_dump(data))
     config = load_config(config_path)
     installed = SglangInstall(tmp_path / "site", "0.5.11", Path(sys.executable))
-    facts = HostFacts.given(config, SM120_X8, sglang=installed, nsa_fix_in_place=True)
+    facts = HostFacts.given(
+        config, SM120_X8, sglang=installed, nsa_fix_in_place=True, key="sk-read-once"
+    )
     assert facts.model.sparse_attention  # no config.json: the reference model, DSA attention
+    monkeypatch.setenv("RUNTIME_DIRECTORY", str(tmp_path / "run"))
     monkeypatch.setattr(supervisor_module, "become_subreaper", lambda: False)
     out = io.StringIO()
+    # The facts are given: nothing in serve, the post-start run included, reads one again.
+    calls = count_calls(monkeypatch, READERS)
 
     service = build_service(
         config, post_ready_hook=post_start_hook, facts=facts, sink=StderrSink(out)
     )
     status = run_in_process(service, lambda state: state.benchmark is not None, timeout=150)
     assert status == 0, out.getvalue()[-3000:]
+    assert calls == {}, calls
+    assert service.supervisor.state.benchmark["levels"][0]["completed"] == 8  # with the key
 
     launched = service.supervisor.engine.argv
     assert "--disable-radix-cache" not in launched
