@@ -13,6 +13,8 @@ from __future__ import annotations
 import difflib
 import os
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -548,6 +550,30 @@ def load_config(path: str | os.PathLike | None = None) -> Config:
             "this user"
         ) from None
     return parse_config(text, source=str(config_path))
+
+
+@contextmanager
+def rules_of(path: str | os.PathLike | None) -> Iterator[None]:
+    """Around the rules a command applies to the loaded file (the launch plan, the
+    benchmark's): their ConfigError names the file, and the line of the key it starts with."""
+    try:
+        yield
+    except ConfigError as exc:
+        raise _located(exc, resolve_config_path(path)) from None
+
+
+def _located(exc: ConfigError, config_path: Path) -> ConfigError:
+    message = str(exc)
+    named = _KEY_PATH.match(message)
+    if not named or message.startswith(str(config_path)) or not config_path.is_file():
+        return exc
+    try:
+        document = parse_yaml(read_config_bytes(config_path), str(config_path))
+    except (OSError, ConfigError):
+        return exc
+    line = document.line_of(named.group().split("."))
+    where = f"{config_path}, line {line}" if line else str(config_path)
+    return ConfigError(f"{where}: {message}", problems=exc.problems)
 
 
 def parse_config(text: str, source: str = "<config>") -> Config:

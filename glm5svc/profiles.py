@@ -93,8 +93,8 @@ def load_profile(name: str) -> StackProfile:
     path = PROFILES_DIR / f"{name}.yaml"
     if "/" in name or not path.is_file():
         raise ConfigError(
-            f"unknown stack profile '{name}' (server.profile); "
-            f"known profiles: {', '.join(known_profiles()) or 'none'}"
+            f"server.profile: unknown stack profile '{name}'; set one of the known "
+            f"profiles: {', '.join(known_profiles()) or 'none'}"
         )
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))

@@ -13,7 +13,14 @@ from dataclasses import fields
 from pathlib import Path
 
 from glm5svc.cli_options import Range, add_number
-from glm5svc.config import MAX_COUNT, MAX_SECONDS, Config, load_config, resolve_config_path
+from glm5svc.config import (
+    MAX_COUNT,
+    MAX_SECONDS,
+    Config,
+    load_config,
+    resolve_config_path,
+    rules_of,
+)
 from glm5svc.errors import ConfigError
 from glm5svc.json_output import emit
 
@@ -129,9 +136,10 @@ def run(args) -> int:
     config = _config(args)
     ladder = [n for part in args.ladder for n in part] if args.ladder else None
     overrides = {f.name: getattr(args, f.name) for f in fields(BenchPlan) if hasattr(args, f.name)}
-    plan = plan_from_config(config, **{**overrides, "ladder": ladder})
     baseline = args.baseline
-    judgement = Judgement.from_config(config, baseline="" if baseline == "none" else baseline)
+    with rules_of(args.config):
+        plan = plan_from_config(config, **{**overrides, "ladder": ladder})
+        judgement = Judgement.from_config(config, baseline="" if baseline == "none" else baseline)
     results_root = Path(args.results_dir) if args.results_dir else config.service.results_dir
     for sig in (signal.SIGTERM, signal.SIGHUP):  # end bench_serving too, as ^C does
         signal.signal(sig, raise_terminated)

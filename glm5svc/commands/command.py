@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from glm5svc.config import load_config
+from glm5svc.config import load_config, rules_of
 from glm5svc.json_output import emit
 from glm5svc.launch_plan import plan_for_service
 
@@ -21,7 +21,9 @@ def register(subparsers):
 
 
 def run(args) -> int:
-    plan = plan_for_service(load_config(args.config))
+    config = load_config(args.config)
+    with rules_of(args.config):
+        plan = plan_for_service(config)
     if args.json:
         emit(args.json_schema, plan.summary())
     elif args.explain:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from glm5svc.bench.post_start import post_start_hook
-from glm5svc.config import load_config
+from glm5svc.config import load_config, rules_of
 from glm5svc.serve.service import build_service
 
 
@@ -19,4 +19,6 @@ def register(subparsers):
 def run(args) -> int:
     config = load_config(args.config)
     hook = post_start_hook if config.benchmark.post_start.enabled else None
-    return build_service(config, post_ready_hook=hook).run()
+    with rules_of(args.config):
+        service = build_service(config, post_ready_hook=hook)
+    return service.run()

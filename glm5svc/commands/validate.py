@@ -16,6 +16,7 @@ from glm5svc.config import (
     load_config,
     read_api_key,
     resolve_config_path,
+    rules_of,
 )
 from glm5svc.json_output import emit
 from glm5svc.launch_plan import plan_for_service
@@ -34,7 +35,8 @@ def register(subparsers):
 def run(args) -> int:
     path = args.path or args.config
     config = load_config(path)
-    check_config(config)
+    with rules_of(path):
+        check_config(config)
     warning = exposure_warning(config)
     if args.json:
         emit(

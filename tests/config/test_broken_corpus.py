@@ -59,7 +59,9 @@ def test_validate_refuses_as_the_commands_do(path, tmp_path, capsys, monkeypatch
             )
             with pytest.raises(ConfigError) as caught:
                 run_post_start_benchmark(config)
-            assert f"glm5svc: {caught.value.render()}\n" == said
+            # the same rule, said where the file is not at hand (the service's log)
+            assert said.startswith(f"glm5svc: {path}, line ")
+            assert said.endswith(f": {caught.value.render()}\n")
             continue
         argv = ["--config", str(path), name]
         if name == "bench":

@@ -20,7 +20,7 @@ from pydantic import BaseModel
 
 from glm5svc.cli import main
 from glm5svc.commands.validate import check_config
-from glm5svc.config import Config, load_config
+from glm5svc.config import Config, load_config, rules_of
 from glm5svc.errors import EXIT_CONFIG, ConfigError, Glm5Error
 
 BUDGET = settings(
@@ -122,10 +122,12 @@ def _clear_answer(path: Path) -> Config | None:
             assert re.match(re.escape(str(path)) + r", line \d+", text), text
         return None
     try:
-        check_config(config)
+        with rules_of(path):
+            check_config(config)
     except Glm5Error as exc:
         assert exc.exit_status == EXIT_CONFIG
-        assert re.match(r"[a-z_]+\.[a-z_]+|unknown stack profile", exc.render()), exc.render()
+        # a rule's refusal: the file, the line when the file sets the key, the key
+        assert re.match(re.escape(str(path)) + r"(, line \d+)?: [a-z_]+\.[a-z_]+", exc.render())
     return config
 
 
