@@ -20,7 +20,7 @@ release() {  # release <dir> <label> <index files...>: Release with SHA256 lines
     echo "Origin: glm5svc stand-in"
     echo "Label: $label"
     [ -n "${SUITE:-}" ] && echo "Suite: $SUITE" && echo "Codename: $SUITE" && \
-      echo "Components: main contrib"
+      echo "Components: $COMPONENTS"
     echo "Architectures: all amd64"
     echo "Date: $(date -Ru)"
     echo "SHA256:"
@@ -36,19 +36,22 @@ for out in "$@"; do
   if [ -d "$out/dists" ]; then
     for suite_dir in "$out"/dists/*; do
       files=""
-      for comp in main contrib; do
+      # The components are the suite's folders (main contrib for Debian's, pve-no-subscription ...).
+      comps=$(cd "$suite_dir" && for c in */; do printf '%s ' "${c%/}"; done)
+      for comp in $comps; do
         # apt also asks for the machine's architecture: an empty index says "none here".
-        mkdir -p "$suite_dir/$comp/binary-amd64"
+        mkdir -p "$suite_dir/$comp/binary-amd64" "$suite_dir/$comp/binary-all"
         : > "$suite_dir/$comp/binary-amd64/Packages"
         gzip -9kfn "$suite_dir/$comp/binary-amd64/Packages"
         files="$files $comp/binary-amd64/Packages $comp/binary-amd64/Packages.gz"
         index=$comp/binary-all/Packages
+        mkdir -p "$out/pool/$comp"
         (cd "$out" && dpkg-scanpackages --multiversion "pool/$comp" /dev/null > "$suite_dir/$index" 2>/dev/null)
         gzip -9kfn "$suite_dir/$index"
         files="$files $index $index.gz"
       done
       # shellcheck disable=SC2086
-      SUITE=$(basename "$suite_dir") release "$suite_dir" "STAND-IN Debian archive (tests only)" $files
+      SUITE=$(basename "$suite_dir") COMPONENTS=${comps% } release "$suite_dir" "STAND-IN Debian archive (tests only)" $files
     done
     continue
   fi

@@ -4,8 +4,9 @@ Boots Debian 12 (Proxmox VE 8 base) and Debian 13 (Proxmox VE 9 base) with syste
 LXC, then: check mode on the fresh targets (must change nothing), converge
 (playbooks/proxmox_host.yml against a signed stand-in NVIDIA repository and stand-in pct,
 pveversion, boot tools), idempotence, and molecule/host/verify.yml (container config line
-by line, pinning, units, device nodes, reboot report, and the raw lxc keys proven in a real
-LXC container). Needs root, LXC, mmdebstrap, gpg and dpkg-dev (scripts/setup-dev.sh).
+by line, exact pinning, units, device nodes by minor, reboot report, the enterprise
+repositories switched or refused, a branch switch and an upgrade within the branch, Secure
+Boot refused, state absent, and the raw lxc keys proven in a real LXC container). Needs root, LXC, mmdebstrap, gpg and dpkg-dev (scripts/setup-dev.sh).
 """
 
 from __future__ import annotations
@@ -29,7 +30,14 @@ def test_molecule_host_scenario():
             "Check every node inside (right numbers, and the cgroup lets it through)",
             "Check that nothing was written",
             "Check that the locked container was refused and left alone",
-            "Check that 580 on Debian 13 failed at the first task with reason and fix",
+            "Check that 580 on Debian 13 failed with the branches apt offers and the fix",
+            "Check that the enterprise entries are off and the no-subscription ones read by apt",
+            "Check the switch (one pin, every package on 610, the loaded 595 a reboot reason)",
+            "Check live changes through pct set, the file for a stopped container, no restart",
+            "Check the refusal (first task, both fixes, the file left alone)",
+            "Check the Secure Boot refusal and its procedure",
+            "Check the upgrade (the exact pin moved, the old module a reboot reason)",
+            "Check that state absent gave the config back as it was (uvm and caps allow lines too)",
         ),
     )
     # The return code covers every step of the test sequence (idempotence included).

@@ -103,6 +103,33 @@ def test_iommu_translation_is_reported_unless_passthrough(cmdline, found):
     assert bool(p2p.iommu_findings(cmdline)) is found
 
 
+def iommu_tree(root, units, group_types):
+    for unit in units:
+        (root / "class" / "iommu" / unit).mkdir(parents=True)
+    for number, kind in enumerate(group_types):
+        group = root / "kernel" / "iommu_groups" / str(number)
+        group.mkdir(parents=True)
+        (group / "type").write_text(kind + "\n")
+    return str(root)
+
+
+def test_iommu_on_by_default_is_read_from_sysfs_not_the_command_line(tmp_path):
+    # A stock 6.8+ kernel: no iommu parameter, yet the groups translate DMA (DMA-FQ).
+    root = iommu_tree(tmp_path / "stock", ["dmar0", "dmar1"], ["DMA-FQ", "DMA-FQ", "DMA"])
+    units, types = p2p.read_iommu(root)
+    assert units == ["dmar0", "dmar1"] and types == {"DMA-FQ": 2, "DMA": 1}
+    found = p2p.iommu_findings("ro quiet", units, types)
+    assert (
+        len(found) == 1
+        and "3 IOMMU group(s) of type DMA/DMA-FQ on dmar0, dmar1" in (found[0]["problem"])
+    )
+    # iommu=pt: every group is identity, whatever the command line says.
+    root = iommu_tree(tmp_path / "pt", ["ivhd0"], ["identity", "identity"])
+    assert p2p.iommu_findings("ro amd_iommu=on", *p2p.read_iommu(root)) == []
+    # IOMMU off: no unit, no group; the command line is judged then.
+    assert p2p.read_iommu(str(tmp_path / "none")) == ([], {})
+
+
 def test_p2p_table_and_topology_findings():
     table = " \tGPU0\tGPU1\nGPU0\tX\tCNS\nGPU1\tCNS\tX\n"
     assert "CNS" in p2p.p2p_findings(table)[0]["problem"]

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 
@@ -17,7 +18,9 @@ DOCUMENTATION = r"""
 module: glm5_p2p_facts
 short_description: Report IOMMU, ACS and NVIDIA P2P state that slows or hangs NCCL
 description:
-  - Reads the kernel command line, the ACS control of PCIe bridges (C(lspci -vvv)) and, when
+  - Reads the IOMMU state the kernel reports (C(/sys/class/iommu), the C(type) of each
+    C(/sys/kernel/iommu_groups/*)), the kernel command line, the ACS control of PCIe bridges
+    (C(lspci -vvv)) and, when
     present, C(nvidia-smi topo -m) and C(nvidia-smi topo -p2p r); returns findings with fixes.
   - Changes nothing.
 options:
@@ -25,6 +28,10 @@ options:
     description: Kernel command line file.
     type: path
     default: /proc/cmdline
+  sysfs_root:
+    description: Where sysfs is mounted (tests point it at a made-up tree).
+    type: path
+    default: /sys
 supports_check_mode: true
 """
 
@@ -33,6 +40,14 @@ findings:
   description: Problems found, each with C(topic), C(problem) and C(fix).
   returned: always
   type: list
+iommu_units:
+  description: The IOMMU units in /sys/class/iommu (C(dmar0), C(ivhd0), ...); empty when it is off.
+  returned: always
+  type: list
+iommu_group_types:
+  description: How many IOMMU groups have each default domain type (C(DMA-FQ), C(identity), ...).
+  returned: always
+  type: dict
 cmdline:
   description: The kernel command line.
   returned: always
@@ -63,24 +78,59 @@ IOMMU_ON = re.compile(r"\b(intel_iommu|amd_iommu)=on\b")
 DEVICE_HEADER = re.compile(r"^([0-9a-f]{4}:)?[0-9a-f]{2}:[0-9a-f]{2}\.[0-7] ")
 
 
-def iommu_findings(cmdline: str) -> list[dict]:
+# Default domain types that translate DMA (the kernel's iommu_groups/*/type): "identity" is
+# passthrough (iommu=pt), "blocked"/"unmanaged" belong to VFIO and other owners.
+TRANSLATED = ("DMA", "DMA-FQ")
+
+
+def read_iommu(sysfs_root: str) -> tuple[list[str], dict[str, int]]:
+    """The IOMMU units and the count of groups per default domain type, as the kernel says."""
+    units_dir = os.path.join(sysfs_root, "class", "iommu")
+    units = sorted(os.listdir(units_dir)) if os.path.isdir(units_dir) else []
+    types: dict[str, int] = {}
+    groups_dir = os.path.join(sysfs_root, "kernel", "iommu_groups")
+    for group in sorted(os.listdir(groups_dir)) if os.path.isdir(groups_dir) else []:
+        try:
+            with open(os.path.join(groups_dir, group, "type"), encoding="utf-8") as handle:
+                kind = handle.read().strip()
+        except OSError:
+            continue
+        types[kind] = types.get(kind, 0) + 1
+    return units, types
+
+
+def iommu_findings(cmdline: str, units: list[str] | None = None, types: dict | None = None):
+    """Translation seen in sysfs (kernels 6.8+ turn the IOMMU on without a parameter), else
+    judged from the command line where sysfs says nothing (no groups readable)."""
     params = cmdline.split()
-    if "iommu=pt" in params or "intel_iommu=off" in params or "amd_iommu=off" in params:
+    named = " ".join(p for p in params if "iommu" in p) or "no iommu parameter"
+    if types:
+        translated = sum(n for kind, n in types.items() if kind in TRANSLATED)
+        if not units or not translated:
+            return []
+        state = (
+            f"{translated} IOMMU group(s) of type "
+            + "/".join(k for k in TRANSLATED if k in types)
+            + f" on {', '.join(units)}; kernel command line: {named}"
+        )
+    elif "iommu=pt" in params or "intel_iommu=off" in params or "amd_iommu=off" in params:
         return []
-    if IOMMU_ON.search(cmdline):
-        return [
-            {
-                "topic": "iommu",
-                "problem": "IOMMU translation is on ("
-                + " ".join(p for p in params if "iommu" in p)
-                + "): GPU peer-to-peer DMA is translated or redirected, "
-                "which is slow or hangs NCCL",
-                "fix": "add iommu=pt to the kernel command line (LXC needs no VFIO): set "
-                "glm5_host_p2p_report_cmdline_add: [iommu=pt] and "
-                "glm5_host_p2p_report_apply_cmdline: true",
-            }
-        ]
-    return []
+    elif IOMMU_ON.search(cmdline):
+        state = named
+    else:
+        return []
+    return [
+        {
+            "topic": "iommu",
+            "problem": "IOMMU translation is on ("
+            + state
+            + "): GPU peer-to-peer DMA is translated or redirected, "
+            "which is slow or hangs NCCL",
+            "fix": "add iommu=pt to the kernel command line (LXC needs no VFIO): set "
+            "glm5_host_p2p_report_cmdline_add: [iommu=pt] and "
+            "glm5_host_p2p_report_apply_cmdline: true",
+        }
+    ]
 
 
 def acs_bridges(lspci: str) -> list[str]:
@@ -188,7 +238,10 @@ def _or_empty(read, text: str, empty):
 
 def main() -> None:
     module = AnsibleModule(
-        argument_spec={"cmdline_path": {"type": "path", "default": "/proc/cmdline"}},
+        argument_spec={
+            "cmdline_path": {"type": "path", "default": "/proc/cmdline"},
+            "sysfs_root": {"type": "path", "default": "/sys"},
+        },
         supports_check_mode=True,
     )
     try:
@@ -196,11 +249,12 @@ def main() -> None:
             cmdline = handle.read().strip()
     except OSError as error:
         module.fail_json(msg=f"cannot read the kernel command line: {error}")
+    units, types = read_iommu(module.params["sysfs_root"])
     bridges = acs_bridges(run(module, ["lspci", "-vvv"]))
     topology = run(module, ["nvidia-smi", "topo", "-m"])
     p2p = run(module, ["nvidia-smi", "topo", "-p2p", "r"])
     findings = (
-        iommu_findings(cmdline)
+        iommu_findings(cmdline, units, types)
         + acs_findings(bridges)
         + p2p_findings(p2p)
         + topology_findings(topology)
@@ -209,6 +263,8 @@ def main() -> None:
         changed=False,
         findings=findings,
         cmdline=cmdline,
+        iommu_units=units,
+        iommu_group_types=types,
         acs_bridges=bridges,
         topology=topology,
         p2p_read=p2p,
