@@ -6,7 +6,8 @@ LXC, then: check mode on the fresh targets (must change nothing), converge
 pveversion, boot tools), idempotence, and molecule/host/verify.yml (container config line
 by line, exact pinning, units, device nodes by minor, reboot report, the enterprise
 repositories switched or refused, a branch switch and an upgrade within the branch, Secure
-Boot refused, state absent, and the raw lxc keys proven in a real LXC container). Needs root, LXC, mmdebstrap, gpg and dpkg-dev (scripts/setup-dev.sh).
+Boot refused, state absent, live pct set, and the raw lxc keys proven in a real LXC
+container). Needs root, LXC, mmdebstrap, gpg and dpkg-dev (scripts/setup-dev.sh).
 """
 
 from __future__ import annotations
