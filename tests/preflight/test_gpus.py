@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import types
+from pathlib import Path
 
 import pynvml
 import pytest
@@ -96,7 +97,9 @@ def test_gpu_holders_warn_with_the_memory_per_gpu_their_commands_and_the_consequ
     row = {row.name: row for row in report.rows}["gpu processes"]
     assert row.status == WARN and not report.has_failures
     assert "GPU 0 11264 MiB, GPU 1 3072 MiB" in row.detail
-    assert f"pid {me} `" in row.detail and "pytest" in row.detail
+    # This process's own command line (pytest, or an xdist worker's `python -c ...`).
+    own_command = Path(f"/proc/{me}/cmdline").read_bytes().split(b"\0")[0].decode()
+    assert f"pid {me} `" in row.detail and Path(own_command).name in row.detail
     assert f"pid {unseen} (command not visible here) on GPU 0, 1" in row.detail
     assert "a second engine sizes its KV cache from the memory left: fewer KV tokens" in row.detail
     assert "kill the listed PIDs" in row.fix
