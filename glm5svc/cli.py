@@ -44,6 +44,12 @@ class ArgumentParser(argparse.ArgumentParser):
         command = self.prog.removeprefix("glm5svc").strip()
         raise UsageError(f"{command}: {message}" if command else message)
 
+    def _get_values(self, action, arg_strings):
+        # Python 3.11's argparse reads `--opt=--` as an empty list where one value is meant.
+        if action.option_strings and action.nargs is None and arg_strings == ["--"]:
+            self.error(f"argument {'/'.join(action.option_strings)}: expected a value, not '--'")
+        return super()._get_values(action, arg_strings)
+
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The parser; with `only`, just that sub-command's module is imported (fast start)."""

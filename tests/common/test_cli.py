@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from glm5svc.cli import COMMAND_MODULES, build_parser, chosen_command
+from glm5svc.cli import COMMAND_MODULES, build_parser, chosen_command, main
 
 
 def test_help_lists_every_command():
@@ -36,3 +36,9 @@ def test_unknown_command_lists_the_real_ones():
     )
     assert result.returncode == 2
     assert "invalid choice: 'frobnicate'" in result.stderr and "preflight" in result.stderr
+
+
+@pytest.mark.parametrize("argv", [["unit", "--venv=--"], ["--config=--", "validate"]])
+def test_a_double_dash_as_an_options_value_is_a_usage_error(argv, capsys):
+    assert main(argv) == 2
+    assert "expected a value, not '--'" in capsys.readouterr().err
