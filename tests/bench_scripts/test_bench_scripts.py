@@ -15,6 +15,7 @@ import tarfile
 from pathlib import Path
 
 from bench.phases import run_phases
+from testkit.script_run import run_script
 
 REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO / "bench"
@@ -33,13 +34,8 @@ SHORT_RUN_TESTS = {
 
 
 def run(argv: list[str], timeout: float, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        argv,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, "PYTHONPATH": str(REPO), **env},
+    return run_script(
+        argv, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO), **env}, timeout=timeout
     )
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import subprocess
 import sys
 import tarfile
 from pathlib import Path
@@ -15,6 +14,7 @@ import pytest
 
 from testkit.bench_venv import build_bench_serving_venv
 from testkit.engine import TEST_ENGINE
+from testkit.script_run import run_script
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -29,9 +29,9 @@ def test_drain_scenario_rehearsed_on_the_test_engine(tmp_path):
         GPU_LAB_BENCH_PYTHON=str(bench_python),
         GPU_LAB_DRAIN_TOKENS="60",
     )
-    done = subprocess.run(
+    done = run_script(
         [sys.executable, "-m", "lab.gpu.remote", "drain", "--budget", "120"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=200,
+        cwd=REPO, env=env, timeout=200,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     drain = json.loads((tmp_path / "out" / "results.json").read_text())["drain"]
@@ -58,9 +58,9 @@ def test_ratio_scenario_rehearsed_on_the_test_engine(tmp_path):
         GPU_LAB_RATIO_OUTPUT_LEN="8",
         GPU_LAB_RATIO_MAX_PAIRS="2",
     )
-    done = subprocess.run(
+    done = run_script(
         [sys.executable, "-m", "lab.gpu.remote", "ratio", "--budget", "200"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=200,
+        cwd=REPO, env=env, timeout=200,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     ratio = json.loads((tmp_path / "out" / "results.json").read_text())["ratio"]
@@ -95,9 +95,9 @@ def test_tune_scenario_rehearsed_on_the_test_engine(tmp_path):
         GPU_LAB_TUNE_MIN_REPEATS="2",
         GPU_LAB_TUNE_MAX_REPEATS="2",
     )
-    done = subprocess.run(
+    done = run_script(
         [sys.executable, "-m", "lab.gpu.remote", "tune", "--start", "before", "--budget", "150"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=240,
+        cwd=REPO, env=env, timeout=240,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     tune = json.loads((tmp_path / "out" / "results.json").read_text())["tune"]
