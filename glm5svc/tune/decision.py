@@ -1,0 +1,303 @@
+"""Verdicts between settings, with the engine start as the unit of replication.
+
+Throughput moves from one engine start to the next (kernels picked at start, memory
+layout, clocks): on the H200 testbed two starts of one setting agreed within about 4 %
+while windows within one start agreed within about 1-3 %. So a setting that needs a
+restart is judged by its per-start means, with the spread from start to start estimated
+from every setting started more than once (pooled), shrunk towards a stated prior while
+few starts are known. Settings that change live (the running-request cap) are measured
+interleaved within one start (A B A B ...), and judged by their paired differences.
+
+Figures are compared as log throughput, so a gain is a ratio and the spread a share.
+A candidate is:
+- better: the lower bound of its gain exceeds the minimum effect;
+- worse: the upper bound of its gain is below zero;
+- equivalent: its whole interval lies within plus or minus the minimum effect;
+- undecided: none of these, not enough evidence yet.
+The bounds are one-sided at (1 - confidence) / comparisons: a Bonferroni correction for the
+number of comparisons in a pass (Holm's first step, the cautious one), so that a pass of
+many comparisons promotes a setting with no real gain in at most 1 - confidence of passes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from statistics import NormalDist
+
+import numpy as np
+
+BETTER, WORSE, EQUIVALENT, UNDECIDED = "better", "worse", "equivalent", "undecided"
+# The prior on the start-to-start spread (relative), and the weight (pseudo-starts) it
+# keeps while the search has measured few replicated starts: bench/tune_method.py's
+# simulation shows the rates these give (docs/performance-tune.md).
+PRIOR_START_SPREAD = 0.02
+PRIOR_WEIGHT = 2
+MAX_STARTS = 5  # per candidate and comparison
+
+
+def _t_inside(t: float, dof: int) -> float:
+    """P(|T| < t) for Student's t with a whole number of degrees of freedom (closed form)."""
+    theta = math.atan(t / math.sqrt(dof))
+    c2, s = math.cos(theta) ** 2, math.sin(theta)
+    total, term = 1.0, 1.0
+    if dof % 2:
+        for k in range(1, (dof - 1) // 2):
+            term *= (2 * k) / (2 * k + 1) * c2
+            total += term
+        return 2 / math.pi * (theta + (s * math.cos(theta) * total if dof > 1 else 0.0))
+    for k in range(1, dof // 2):
+        term *= (2 * k - 1) / (2 * k) * c2
+        total += term
+    return s * total
+
+
+def t_quantile(p: float, dof: float) -> float:
+    """The p quantile (p > 0.5) of Student's t; fractional degrees of freedom round down
+    (the wider, cautious side), beyond 300 the normal's."""
+    if not 0.5 < p < 1:
+        raise ValueError(f"p must be in (0.5, 1), got {p}")
+    if not dof >= 1:
+        return math.inf
+    if dof > 300:
+        return NormalDist().inv_cdf(p)
+    nu, inside = int(dof), 2 * p - 1
+    low, high = 0.0, 1.0
+    while _t_inside(high, nu) < inside:
+        high *= 2
+    for _ in range(80):
+        mid = (low + high) / 2
+        low, high = (mid, high) if _t_inside(mid, nu) < inside else (low, mid)
+    return high
+
+
+@dataclass(frozen=True)
+class Gain:
+    """The candidate's gain over the incumbent, as a relative change with its bounds."""
+
+    estimate: float
+    low: float
+    high: float
+    basis: str  # "starts" or "paired windows"
+    n_candidate: int
+    n_incumbent: int
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    kind: str
+    gain: Gain | None
+    why: str
+
+    def to_dict(self) -> dict:
+        return {
+            "kind": self.kind,
+            "gain": self.gain.to_dict() if self.gain else None,
+            "why": self.why,
+        }
+
+
+@dataclass(frozen=True)
+class StartRecord:
+    """One engine start of a setting: its mean steady-window throughput, in start order."""
+
+    setting: str
+    order: int
+    throughput: float
+
+
+@dataclass(frozen=True)
+class StartModel:
+    """Log throughput per start = the setting's level + drift x start order + noise.
+
+    Fitted by least squares over every start of the search, so the spread from start to
+    start is pooled over all replicated settings, and a slow drift of the machine (clocks,
+    temperature, page cache) is estimated from settings started at different times instead
+    of being credited to whichever setting came later (`drift_term`; off by default, as the
+    search brackets each comparison with a new start of the incumbent instead, and a drift
+    fitted on few starts costs more than it corrects). The noise variance is shrunk towards a
+    stated prior (`prior` relative spread, `prior_weight` pseudo-starts) while few replicated
+    starts are known, and never below what the starts themselves show."""
+
+    levels: dict[str, float]
+    drift: float | None  # per start, on the log scale; None while it cannot be estimated
+    sigma: float
+    dof: float
+    covariance: dict[tuple[str, str], float]  # of the levels, per unit variance
+
+    @classmethod
+    def fit(
+        cls,
+        starts: Sequence[StartRecord],
+        prior: float = PRIOR_START_SPREAD,
+        prior_weight: int = PRIOR_WEIGHT,
+        drift_term: bool = False,
+    ) -> StartModel:
+        names = sorted({s.setting for s in starts})
+        rows = [s for s in starts if s.throughput > 0]
+        y = np.array([math.log(s.throughput) for s in rows])
+        base = np.array([[1.0 if s.setting == n else 0.0 for n in names] for s in rows])
+        orders = np.array([float(s.order) for s in rows])
+        design, has_drift = base, False
+        if drift_term and len(rows) > len(names) and np.ptp(orders) > 0:
+            with_drift = np.column_stack([base, orders - orders.mean()])
+            if np.linalg.matrix_rank(with_drift) == len(names) + 1:
+                design, has_drift = with_drift, True
+        if np.linalg.matrix_rank(design) < design.shape[1]:
+            design, has_drift = base, False
+        coef, *_ = np.linalg.lstsq(design, y, rcond=None)
+        residual = y - design @ coef
+        free = len(rows) - design.shape[1]
+        rss = float(residual @ residual)
+        variance = (rss + prior_weight * prior**2) / (free + prior_weight)
+        dof = free + prior_weight
+        if free >= 2 and rss / free > variance:
+            # The starts spread wider than the prior says: the prior must not narrow them.
+            variance, dof = rss / free, free
+        inverse = np.linalg.pinv(design.T @ design)
+        covariance = {
+            (a, b): float(inverse[i, j]) for i, a in enumerate(names) for j, b in enumerate(names)
+        }
+        return cls(
+            levels={n: float(coef[i]) for i, n in enumerate(names)},
+            drift=float(coef[-1]) if has_drift else None,
+            sigma=math.sqrt(variance),
+            dof=dof,
+            covariance=covariance,
+        )
+
+    def contrast(self, candidate: str, incumbent: str) -> tuple[float, float]:
+        """(log gain, its standard error)."""
+        c = self.covariance
+        var = c[candidate, candidate] + c[incumbent, incumbent] - 2 * c[candidate, incumbent]
+        return self.levels[candidate] - self.levels[incumbent], self.sigma * math.sqrt(max(var, 0))
+
+    def to_dict(self) -> dict:
+        return {"sigma": self.sigma, "dof": self.dof, "drift": self.drift}
+
+
+def classify(gain: Gain, min_effect: float) -> str:
+    if gain.low > min_effect:
+        return BETTER
+    if gain.high < 0:
+        return WORSE
+    if gain.low > -min_effect and gain.high < min_effect:
+        return EQUIVALENT
+    return UNDECIDED
+
+
+def _gain(d: float, se: float, q: float, basis: str, n_c: int, n_i: int) -> Gain:
+    return Gain(
+        estimate=math.expm1(d),
+        low=math.expm1(d - q * se),
+        high=math.expm1(d + q * se),
+        basis=basis,
+        n_candidate=n_c,
+        n_incumbent=n_i,
+    )
+
+
+def _one_sided(confidence: float, comparisons: int) -> float:
+    return 1 - (1 - confidence) / max(1, comparisons)
+
+
+def judge_starts(
+    model: StartModel,
+    candidate: str,
+    incumbent: str,
+    counts: tuple[int, int],
+    *,
+    min_effect: float,
+    confidence: float = 0.95,
+    comparisons: int = 1,
+) -> Verdict:
+    """Settings that need a restart, from the model of every start so far."""
+    if candidate not in model.levels or incumbent not in model.levels:
+        return Verdict(UNDECIDED, None, "no start measured")
+    d, se = model.contrast(candidate, incumbent)
+    q = t_quantile(_one_sided(confidence, comparisons), model.dof)
+    gain = _gain(d, se, q, "starts", *counts)
+    drift = "" if model.drift is None else f", drift {math.expm1(model.drift):+.2%} per start"
+    why = (
+        f"{gain.estimate:+.1%} [{gain.low:+.1%}, {gain.high:+.1%}] over {counts[0]} and "
+        f"{counts[1]} start(s), start-to-start spread {model.sigma:.1%}{drift}"
+    )
+    return Verdict(classify(gain, min_effect), gain, why)
+
+
+def judge_paired(
+    candidate: Sequence[float],
+    incumbent: Sequence[float],
+    *,
+    min_effect: float,
+    confidence: float = 0.95,
+    comparisons: int = 1,
+) -> Verdict:
+    """Settings measured interleaved in one start: window i of each forms a pair."""
+    pairs = [
+        math.log(c) - math.log(i)
+        for c, i in zip(candidate, incumbent, strict=False)
+        if c > 0 and i > 0
+    ]
+    if len(pairs) < 2:
+        return Verdict(UNDECIDED, None, "fewer than 2 paired windows")
+    n = len(pairs)
+    d = math.fsum(pairs) / n
+    var = math.fsum((x - d) ** 2 for x in pairs) / (n - 1)
+    se = math.sqrt(var / n)
+    q = t_quantile(_one_sided(confidence, comparisons), n - 1)
+    gain = _gain(d, se, q, "paired windows", n, n)
+    kind = classify(gain, min_effect)
+    why = f"{gain.estimate:+.1%} [{gain.low:+.1%}, {gain.high:+.1%}] over {n} paired window(s)"
+    return Verdict(kind, gain, why)
+
+
+START_CANDIDATE, START_INCUMBENT, DONE = "start the candidate", "start the incumbent", "done"
+
+
+def next_step(
+    starts: Sequence[StartRecord],
+    candidate: str,
+    incumbent: str,
+    *,
+    min_effect: float,
+    confidence: float,
+    comparisons: int,
+    max_starts: int = MAX_STARTS,
+    prior: float = PRIOR_START_SPREAD,
+    prior_weight: int = PRIOR_WEIGHT,
+    drift_term: bool = False,
+) -> tuple[str, Verdict]:
+    """What a comparison of two restart settings needs next: another start of one of them,
+    or nothing (its verdict stands). A candidate is promoted only when both have two
+    starts or more, the incumbent's latest after the candidate's first (so the drift is
+    measured across the comparison); one whose first start shows less than the minimum
+    effect is not started again (it would need luck to win, and a start costs minutes)."""
+    mine = [s for s in starts if s.setting == candidate]
+    theirs = [s for s in starts if s.setting == incumbent]
+    if not theirs:
+        return START_INCUMBENT, Verdict(UNDECIDED, None, "the incumbent has no start")
+    if not mine:
+        return START_CANDIDATE, Verdict(UNDECIDED, None, "the candidate has no start")
+    model = StartModel.fit(starts, prior, prior_weight, drift_term)
+    verdict = judge_starts(
+        model, candidate, incumbent, (len(mine), len(theirs)),
+        min_effect=min_effect, confidence=confidence,
+        comparisons=comparisons * max(1, max_starts - 1),  # each look at the data counts
+    )  # fmt: skip
+    if verdict.kind in (WORSE, EQUIVALENT):
+        return DONE, verdict
+    bracketed = max(s.order for s in theirs) > min(s.order for s in mine)
+    if verdict.kind == BETTER and len(mine) >= 2 and len(theirs) >= 2 and bracketed:
+        return DONE, verdict
+    if len(mine) == 1 and verdict.gain is not None and verdict.gain.estimate <= min_effect:
+        return DONE, verdict
+    if len(theirs) < len(mine) or not bracketed:
+        return START_INCUMBENT, verdict
+    if len(mine) >= max_starts:
+        return DONE, verdict
+    return START_CANDIDATE, verdict
