@@ -143,6 +143,11 @@ def config_field(key: str) -> tuple[Any, Any]:
 def config_number(key: str, unit: str = "") -> Number:
     """The Number a config key allows: its kind and range from the model."""
     field, default = config_field(key)
+    return field_number(field, default, unit)
+
+
+def field_number(field: Any, default: Any, unit: str = "") -> Number:
+    """The Number a pydantic field allows: its kind and range from its annotation."""
     kind, metadata = _kind_and_bounds(field.annotation, field.metadata)
     bounds: dict[str, Any] = {}
     for item in metadata:
@@ -215,6 +220,70 @@ def add_number(
         help=help.replace("%", "%%"),
         nargs=nargs,
     )
+
+
+@dataclass(frozen=True)
+class Option:
+    """A pydantic field's command-line option, put in the field's `Annotated` metadata: the
+    field gives the type, range, default and help (its description), this the rest."""
+
+    flag: str
+    group: str = ""  # the argparse group it is listed under
+    duration: bool = False  # seconds, or 90s, 45m, 2h
+    unit: str = ""
+    metavar: str | None = None
+    choices: tuple[float, ...] | None = None
+    config: str | None = None  # overrides this configuration key (its range and default)
+
+
+def option_of(field: Any) -> Option | None:
+    return next((m for m in field.metadata if isinstance(m, Option)), None)
+
+
+def add_model_options(groups: dict[str, Any], model: type[BaseModel]) -> None:
+    """One option per field of `model` that has an Option, in `groups[option.group]`; the
+    parsed value lands on the field's name (model_values reads them back)."""
+    for name, field in model.model_fields.items():
+        option = option_of(field)
+        if option is None:
+            continue
+        if field.description is None:
+            raise TypeError(f"{model.__name__}.{name}: an option needs the field's description")
+        default = None if field.default is None else field.default
+        if option.config is not None:
+            add_number(groups[option.group], option.flag, help=field.description,
+                       config=option.config, dest=name)  # fmt: skip
+            continue
+        number = field_number(field, default, option.unit)
+        add_number(
+            groups[option.group],
+            option.flag,
+            help=field.description,
+            kind=number.kind,
+            range=number.range,
+            unit=option.unit,
+            default=_duration_text(default) if option.duration and default else default,
+            metavar=option.metavar,
+            duration=option.duration,
+            dest=name,
+            choices=option.choices,
+        )
+
+
+def model_values(args: argparse.Namespace, model: type[BaseModel]) -> dict[str, Any]:
+    """The values given on the command line (or their defaults) for `model`'s options."""
+    return {
+        name: getattr(args, name)
+        for name, field in model.model_fields.items()
+        if option_of(field) is not None and getattr(args, name, None) is not None
+    }
+
+
+def _duration_text(seconds: float) -> str:
+    for suffix, scale in (("h", 3600), ("m", 60)):
+        if seconds >= scale and float(seconds / scale).is_integer():
+            return f"{int(seconds // scale)}{suffix}"
+    return f"{_number(seconds)}s"
 
 
 def _shown(value: Any) -> str:

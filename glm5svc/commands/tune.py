@@ -17,16 +17,14 @@ import sys
 import threading
 from pathlib import Path
 
-from glm5svc.cli_options import Range, add_number
-from glm5svc.config import MAX_COUNT, MAX_SECONDS
+from pydantic import ValidationError
+
+from glm5svc.cli_options import add_model_options, model_values
 from glm5svc.errors import ConfigError, Glm5Error
 from glm5svc.json_output import emit
-from glm5svc.tune.stats import CONFIDENCE_LEVELS
+from glm5svc.tune.settings import LIMITS, SEARCH, WORKLOAD, SearchSettings, WorkloadOptions
 
 EXIT_INTERRUPTED = 130
-
-
-POSITIVE = Range(0, True, MAX_COUNT)
 
 
 def register(subparsers):
@@ -43,46 +41,16 @@ def register(subparsers):
         help="run a tune (or --resume one)",
         description="Run a tune: docs/tuning.md explains the options.",
     )
-    workload = run.add_argument_group("the workload (what the objective is measured on)")
-    add_number(workload, "--concurrency", kind=int, range=POSITIVE, default=256,
-               help="target concurrency")  # fmt: skip
-    add_number(workload, "--input-len", config="benchmark.input_len",
-               help="input tokens per prompt")  # fmt: skip
-    add_number(workload, "--output-len", config="benchmark.output_len",
-               help="output tokens per request")  # fmt: skip
-    add_number(workload, "--num-prompts", kind=int, range=POSITIVE,
-               help="prompts per measured run (default: 4 x concurrency, at least "
-               "benchmark.min_prompts)")  # fmt: skip
-    add_number(workload, "--warmup-prompts", kind=int, range=POSITIVE,
-               help="prompts of the discarded warm-up run (default: the concurrency)")  # fmt: skip
-    limits = run.add_argument_group("latency limits (a faster setting over them cannot win)")
-    latency = Range(0, True, MAX_SECONDS * 1000)
-    add_number(limits, "--ttft-p99-ms", range=latency, unit="ms", metavar="MS",
-               help="time to first token, p99")  # fmt: skip
-    add_number(limits, "--itl-p99-ms", range=latency, unit="ms", metavar="MS",
-               help="inter-token latency, p99")  # fmt: skip
-    search = run.add_argument_group("the search")
-    search.add_argument("--space", help="search space file (default: glm5svc's, per target)")
-    duration = Range(0, True, MAX_SECONDS)
-    add_number(search, "--budget", duration=True, range=duration, default="4h",
-               help="time for the whole tune")  # fmt: skip
-    add_number(search, "--max-trials", kind=int, range=POSITIVE,
-               help="at most this many trials (engine starts)")  # fmt: skip
-    add_number(search, "--trial-timeout", duration=True, range=duration, default="1h",
-               help="time one trial may take")  # fmt: skip
-    repeats = Range(2, False, 1000)  # one run has no interval
-    add_number(search, "--min-repeats", kind=int, range=repeats, default=3,
-               help="measured runs per trial, at least")  # fmt: skip
-    add_number(search, "--max-repeats", kind=int, range=repeats, default=8,
-               help="measured runs per trial, at most")  # fmt: skip
-    add_number(search, "--confidence", range=Range(0, True, 1, True), default=0.95,
-               choices=CONFIDENCE_LEVELS, metavar="LEVEL",
-               help="confidence of the intervals")  # fmt: skip
-    add_number(search, "--prune-below", range=Range(0, False, 1, True), default=0.7,
-               metavar="SHARE", help="a first run under this share of the best's mean ends "
-               "the trial, 0 never prunes")  # fmt: skip
-    add_number(search, "--seed", kind=int, range=Range(0, False, MAX_COUNT), default=0,
-               help="the sampler's seed")  # fmt: skip
+    groups = {
+        WORKLOAD: run.add_argument_group("the workload (what the objective is measured on)"),
+        LIMITS: run.add_argument_group("latency limits (a faster setting over them cannot win)"),
+        SEARCH: run.add_argument_group("the search"),
+    }
+    add_model_options(groups, WorkloadOptions)
+    add_model_options(groups, SearchSettings)
+    groups[SEARCH].add_argument(
+        "--space", help="search space file (default: glm5svc's, per target)"
+    )
     where = run.add_argument_group("where and how")
     where.add_argument("--run-dir", help="the run directory (default: results_dir/tune/<time>)")
     where.add_argument("--resume", metavar="RUN_DIR", help="continue a stopped tune")
@@ -120,40 +88,24 @@ def _usage(parser):
 
 def _request(args):
     from glm5svc.config import load_config
-    from glm5svc.tune.search import SearchSettings, Workload
+    from glm5svc.tune.search import Workload
     from glm5svc.tune.session import TuneRequest
 
     config = load_config(args.config)
     problems = []
-    concurrency = args.concurrency
-    input_len = args.input_len or config.benchmark.input_len
-    output_len = args.output_len or config.benchmark.output_len
-    prompts = args.num_prompts or max(config.benchmark.min_prompts, 4 * concurrency)
-    warmup = args.warmup_prompts or concurrency
-    if args.max_repeats < args.min_repeats:
-        problems.append(
-            f"--max-repeats {args.max_repeats} is below --min-repeats {args.min_repeats}; "
-            "raise --max-repeats or lower --min-repeats"
-        )
     if args.resume and args.run_dir:
         problems.append("--resume and --run-dir: give one (a resumed tune keeps its directory)")
-    settings = SearchSettings(
-        min_repeats=args.min_repeats,
-        max_repeats=args.max_repeats,
-        confidence=args.confidence,
-        max_trials=args.max_trials,
-        budget_s=args.budget,
-        trial_timeout_s=args.trial_timeout,
-        prune_below=args.prune_below,
-        ttft_p99_ms=args.ttft_p99_ms,
-        itl_p99_ms=args.itl_p99_ms,
-        seed=args.seed,
-    )
+    try:
+        settings = SearchSettings.model_validate(model_values(args, SearchSettings))
+    except ValidationError as exc:
+        settings = None
+        problems += [error["msg"].removeprefix("Value error, ") for error in exc.errors()]
     if problems:
         raise ConfigError("glm5svc tune run: invalid options", problems=problems)
+    options = WorkloadOptions.model_validate(model_values(args, WorkloadOptions))
     return TuneRequest(
         config_path=Path(args.config) if args.config else None,
-        workload=Workload(concurrency, input_len, output_len, prompts, warmup),
+        workload=Workload(**options.resolved(config.benchmark)),
         settings=settings,
         space_path=Path(args.space) if args.space else None,
         run_dir=Path(args.run_dir) if args.run_dir else None,

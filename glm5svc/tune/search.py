@@ -28,6 +28,7 @@ from optuna.pruners import BasePruner
 from optuna.trial import TrialState
 
 from glm5svc.bench.plan import BenchPlan, plan_from_config
+from glm5svc.tune.settings import SearchSettings
 from glm5svc.tune.space import Space, Value, apply_candidate, overlay_of
 from glm5svc.tune.stats import BETTER, UNDECIDED, WORSE, compare, mean_interval, ratio_interval
 from glm5svc.tune.trial import CONTINUE, PRUNE, STOP, RunFigures, TrialOutcome
@@ -46,24 +47,6 @@ class Workload:
     output_len: int
     num_prompts: int
     warmup_prompts: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
-
-@dataclass(frozen=True)
-class SearchSettings:
-    min_repeats: int = 3
-    max_repeats: int = 8
-    confidence: float = 0.95
-    max_trials: int | None = None
-    budget_s: float = 4 * 3600.0
-    trial_timeout_s: float = 3600.0
-    prune_below: float = 0.7  # a first run under this share of the best's mean: pruned
-    target_half_width: float = 0.05  # the first trial repeats until its interval is this tight
-    ttft_p99_ms: float | None = None
-    itl_p99_ms: float | None = None
-    seed: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -110,7 +110,7 @@ class Tune:
                     f"--resume {self.run_dir}: {STUDY_FILE} has no space ({exc})"
                 ) from None
             workload = Workload(**saved["workload"])
-            settings = SearchSettings(**{**saved["settings"], **_overrides(request.settings)})
+            settings = request.settings.resumed(saved["settings"])
             return workload, settings
         if request.run_dir:
             self.run_dir = Path(request.run_dir)
@@ -231,8 +231,3 @@ def _wait_for_free_gpus(should_stop: Callable[[], bool]) -> str | None:
 def _jsonable(values: dict[str, Any]) -> dict[str, Any]:
     return json.loads(json.dumps(values, default=str))
 
-
-def _overrides(settings: SearchSettings) -> dict[str, Any]:
-    """On resume, only the budget and trial limits given now replace the saved ones."""
-    data = asdict(settings)
-    return {k: data[k] for k in ("budget_s", "max_trials", "trial_timeout_s")}

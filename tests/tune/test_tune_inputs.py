@@ -75,7 +75,7 @@ def test_the_run_options_are_refused_or_make_a_request(tmp_path_factory, given_o
     if args is None:
         return
     args.config = str(config)
-    for name in ("budget", "trial_timeout", "ttft_p99_ms"):
+    for name in ("budget_s", "trial_timeout_s", "ttft_p99_ms"):
         value = getattr(args, name)
         assert value is None or (math.isfinite(value) and value > 0)
     try:
@@ -92,9 +92,9 @@ def test_the_run_options_are_refused_or_make_a_request(tmp_path_factory, given_o
 
 def test_the_run_defaults_are_the_documented_ones():
     args = parse_run([])
-    assert (args.budget, args.trial_timeout) == (4 * 3600, 3600)
+    assert (args.budget_s, args.trial_timeout_s) == (4 * 3600, 3600)
     assert (args.min_repeats, args.max_repeats, args.confidence) == (3, 8, 0.95)
-    assert parse_run(["--budget", "90m"]).budget == 5400
+    assert parse_run(["--budget", "90m"]).budget_s == 5400
     for bad in (["--budget", "nan"], ["--min-repeats", "1"], ["--confidence", "0.5"],
                 ["--prune-below", "1"], ["--concurrency", "0"], ["--seed", "-1"]):  # fmt: skip
         assert parse_run(bad) is None, bad
@@ -147,3 +147,27 @@ def test_a_space_file_is_read_as_strictly_as_a_configuration(tmp_path):
         assert f"--space {path}, line 3: the key 'key' is given twice" in str(exc)
     else:
         raise AssertionError("a repeated key was read")
+
+
+def test_the_run_options_are_the_settings_models_fields():
+    """Declared once: each option's default, range and help are its field's."""
+    from glm5svc.cli_options import option_of
+    from glm5svc.tune.settings import SearchSettings, WorkloadOptions
+
+    args = parse_run([])
+    parser = build_parser(only="tune")._subparsers._group_actions[0].choices["tune"]  # noqa: SLF001
+    run = parser._subparsers._group_actions[0].choices["run"]  # noqa: SLF001
+    actions = {a.dest: a for a in run._actions}  # noqa: SLF001
+    for model in (SearchSettings, WorkloadOptions):
+        for name, field in model.model_fields.items():
+            option = option_of(field)
+            if option is None:
+                continue
+            assert actions[name].option_strings == [option.flag]
+            assert field.description.replace("%", "%%") in actions[name].help
+            if option.config is None:
+                assert getattr(args, name) == field.default, name
+    settings = SearchSettings.model_validate({})
+    assert (settings.min_effect, settings.window_s) == (0.03, 30.0)
+    assert parse_run(["--min-effect", "0.05", "--window", "5m"]).window_s == 300
+    assert parse_run(["--min-effect", "1"]) is None

@@ -1,0 +1,134 @@
+"""The tune's settings, declared once: each field's type, bounds, default and help are the
+command line's (`glm5svc tune run`'s options are built from these models through
+glm5svc/cli_options.py) and the search's (glm5svc/tune/search.py reads SearchSettings).
+A resumed tune reads them back from its tune.json."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from glm5svc.cli_options import Option
+from glm5svc.config import MAX_COUNT, MAX_SECONDS
+from glm5svc.tune.stats import CONFIDENCE_LEVELS
+
+WORKLOAD, LIMITS, SEARCH = "workload", "limits", "search"
+MAX_REPEATS = 1000
+# Given again on --resume, these replace the saved ones; the rest is what the study measures.
+RESUME_OVERRIDES = ("budget_s", "max_trials", "trial_timeout_s")
+
+Count = Annotated[int, Field(gt=0, le=MAX_COUNT)]
+Seconds = Annotated[float, Field(gt=0, le=MAX_SECONDS)]
+Share = Annotated[float, Field(ge=0, lt=1)]
+Repeats = Annotated[int, Field(ge=2, le=MAX_REPEATS)]  # one run has no interval
+LatencyMs = Annotated[float, Field(gt=0, le=MAX_SECONDS * 1000)]
+
+
+class _Settings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore", allow_inf_nan=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump()
+
+
+class SearchSettings(_Settings):
+    """How the search spends its time and decides."""
+
+    budget_s: Annotated[Seconds, Option("--budget", SEARCH, duration=True)] = Field(
+        4 * 3600.0,
+        description="time for the whole tune, a bound: no trial starts that cannot finish, "
+        "and the running one is cut at the deadline",
+    )
+    max_trials: Annotated[Count | None, Option("--max-trials", SEARCH)] = Field(
+        None, description="at most this many trials (engine starts)"
+    )
+    trial_timeout_s: Annotated[Seconds, Option("--trial-timeout", SEARCH, duration=True)] = Field(
+        3600.0, description="time one trial may take"
+    )
+    min_repeats: Annotated[Repeats, Option("--min-repeats", SEARCH)] = Field(
+        3, description="measured runs per trial, at least"
+    )
+    max_repeats: Annotated[Repeats, Option("--max-repeats", SEARCH)] = Field(
+        8, description="measured runs per trial, at most"
+    )
+    confidence: Annotated[
+        float,
+        Field(gt=0, lt=1),
+        Option("--confidence", SEARCH, metavar="LEVEL", choices=CONFIDENCE_LEVELS),
+    ] = Field(0.95, description="confidence of the intervals")
+    prune_below: Annotated[Share, Option("--prune-below", SEARCH, metavar="SHARE")] = Field(
+        0.7,
+        description="a first run under this share of the best's mean ends the trial, 0 never "
+        "prunes",
+    )
+    min_effect: Annotated[Share, Option("--min-effect", SEARCH, metavar="SHARE")] = Field(
+        0.03,
+        description="a candidate wins only when the lower bound of its gain exceeds this "
+        "(relative: 0.03 is 3 %)",
+    )
+    window_s: Annotated[Seconds, Option("--window", SEARCH, duration=True)] = Field(
+        30.0,
+        description="length of one steady measurement window (seconds here; minutes on the "
+        "real target, where one run of the workload lasts minutes)",
+    )
+    target_half_width: float = Field(
+        0.05, gt=0, lt=1, description="the first trial repeats until its interval is this tight"
+    )
+    ttft_p99_ms: Annotated[LatencyMs | None, Option("--ttft-p99-ms", LIMITS, unit="ms",
+                                                    metavar="MS")] = Field(
+        None, description="time to first token, p99"
+    )  # fmt: skip
+    itl_p99_ms: Annotated[LatencyMs | None, Option("--itl-p99-ms", LIMITS, unit="ms",
+                                                   metavar="MS")] = Field(
+        None, description="inter-token latency, p99"
+    )  # fmt: skip
+    seed: Annotated[int, Field(ge=0, le=MAX_COUNT), Option("--seed", SEARCH)] = Field(
+        0, description="the sampler's seed"
+    )
+
+    @model_validator(mode="after")
+    def _repeats_in_order(self) -> SearchSettings:
+        if self.max_repeats < self.min_repeats:
+            raise ValueError(
+                f"--max-repeats {self.max_repeats} is below --min-repeats {self.min_repeats}; "
+                "raise --max-repeats or lower --min-repeats"
+            )
+        return self
+
+    def resumed(self, saved: dict[str, Any]) -> SearchSettings:
+        """A saved study's settings, with this run's budget and trial limits."""
+        given = self.model_dump(include=set(RESUME_OVERRIDES))
+        return SearchSettings.model_validate({**saved, **given})
+
+
+class WorkloadOptions(_Settings):
+    """What the objective is measured on; unset values come from the configuration."""
+
+    concurrency: Annotated[Count, Option("--concurrency", WORKLOAD)] = Field(
+        256, description="target concurrency"
+    )
+    input_len: Annotated[
+        Count | None, Option("--input-len", WORKLOAD, config="benchmark.input_len")
+    ] = Field(None, description="input tokens per prompt")
+    output_len: Annotated[
+        Count | None, Option("--output-len", WORKLOAD, config="benchmark.output_len")
+    ] = Field(None, description="output tokens per request")
+    num_prompts: Annotated[Count | None, Option("--num-prompts", WORKLOAD)] = Field(
+        None,
+        description="prompts per measured run (default: 4 x concurrency, at least "
+        "benchmark.min_prompts)",
+    )
+    warmup_prompts: Annotated[Count | None, Option("--warmup-prompts", WORKLOAD)] = Field(
+        None, description="prompts of the discarded warm-up run (default: the concurrency)"
+    )
+
+    def resolved(self, benchmark: Any) -> dict[str, int]:
+        """Every value, the unset ones from the configuration's benchmark section."""
+        return {
+            "concurrency": self.concurrency,
+            "input_len": self.input_len or benchmark.input_len,
+            "output_len": self.output_len or benchmark.output_len,
+            "num_prompts": self.num_prompts or max(benchmark.min_prompts, 4 * self.concurrency),
+            "warmup_prompts": self.warmup_prompts or self.concurrency,
+        }
