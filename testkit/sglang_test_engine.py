@@ -4,11 +4,44 @@ Longer than 400 lines: one self-contained file, because the lab and Molecule cop
 into containers as a single script.
 
 Speaks the part of SGLang's HTTP surface that glm5svc and `sglang.bench_serving
---backend sglang` use: /health, /health_generate, /generate (streaming
-`data: {...}\\n\\n` chunks with cumulative text and meta_info, then `data: [DONE]`),
-/get_server_info, /get_model_info, /v1/models, /metrics (sglang: counters), /flush_cache.
+--backend sglang` use, answering as sglang 0.5.11 does (entrypoints/http_server.py):
+  /health, /health_generate  one single-token generation (not counted in the request metrics)
+  /generate          `text` or `input_ids`; streaming `data: {...}\\n\\n` chunks with
+                     cumulative text and meta_info (cached_tokens: the prefix-cache hit),
+                     then `data: [DONE]`; served from the moment the port opens
+  /server_info, /get_server_info  the server args, max_total_num_tokens, and
+                     internal_states: [one dict per DP rank] with the scheduler's live args
+                     (pp_max_micro_batch_size), last_gen_throughput, memory_usage,
+                     effective_max_running_requests_per_dp
+  /set_internal_state  POST/PUT {"server_args": {"pp_max_micro_batch_size": N}}: the running
+                     limit becomes N when 1 <= N <= --max-running-requests; the answer is
+                     [true] either way (sglang's `updated` per DP rank), the refusal is logged
+                     ("Updating pp_max_micro_batch_size to N is rejected because it is out of
+                     the valid range [1, MAX].") and the value kept
+  /flush_cache       GET/POST [?timeout=S]: empties the prefix cache when nothing runs or
+                     waits ("Cache flushed.\\nPlease check backend logs ..."), else 400
+                     "Flush cache failed.\\n" (with a timeout: waits that long for idle)
+  /get_model_info, /model_info, /v1/models
+  /metrics           sglang: families with sglang 0.5.11's HELP text and labels (METRICS):
+                     gauges num_running_reqs, num_queue_reqs, gen_throughput, cache_hit_rate,
+                     token_usage and realtime_tokens_total{mode=prefill_compute|
+                     prefill_cache|decode} (scheduler labels engine_type, model_name,
+                     moe_ep_rank, pp_rank, tp_rank), advancing with every step; the
+                     tokenizer's prompt_tokens_total, generation_tokens_total,
+                     num_requests_total and cached_tokens_total{cache_source="device"}
+                     (labels engine_type, model_name), counted when a request finishes; a
+                     family appears once it has a sample, as in prometheus multiprocess mode
 Accepts launch_server-style arguments (--host, --port, --model-path, ...; the rest is
-ignored) and prints SGLang-like log lines for each start-up phase.
+ignored) and prints SGLang-like log lines for each start-up phase, the warm-up generation
+(8 tokens of "The capital city of France is"; none with --skip-server-warmup) before "The
+server is fired up and ready to roll!", sglang's "Prefill batch, #new-seq: ..., #new-token:
+..., #cached-token: ..., token usage: ..., #running-req: ..., #queue-req: ..." line for every
+step that admits requests and "Decode batch, ..." every --decode-log-interval (40) steps.
+Prefix cache (sglang's radix cache, off with --disable-radix-cache): prompts are stored
+after prefill in --page-size pages keyed by a hash chain; a later prompt's shared prefix
+(whole pages, short of its last token) counts as cached (#cached-token, prefill_cache,
+cached_tokens_total) and costs no prefill time; least recently used pages go when the cache
+outgrows the KV pool. Text prompts are cut into 4-character tokens.
 
 Behaviour is chosen with --test-mode or $TEST_ENGINE_MODE: comma-separated items,
 `key=value` or `key:value`:
@@ -34,8 +67,9 @@ SIGQUIT"). The scheduler child dies with the launcher (PR_SET_PDEATHSIG, as sgla
 `kill_itself_when_parent_died`).
 Throughput model (a real engine's knee): each decode step takes
   step_base_ms + step_per_req_ms * running requests, and gives every running request
-one token; at most --max-running-requests run, the rest queue. Prefill adds
-prefill_us_per_token * new input tokens to the step. Flags: --step-base-ms (8),
+one token; at most pp_max_micro_batch_size run (--pp-max-micro-batch-size, else
+--max-running-requests; /set_internal_state moves it), the rest queue. Prefill adds
+prefill_us_per_token * new (uncached) input tokens to the step. Flags: --step-base-ms (8),
 --step-per-req-ms (0.25), --prefill-us-per-token (2), --stream-interval (1).
 The settings a tuner searches answer as sglang's would (`predicted_step_ms`, which the
 engine loop itself uses, and `kv_pool_tokens`; the factors are `STEP_FACTORS`):
@@ -75,11 +109,14 @@ import subprocess
 import sys
 import time
 import uuid
+import zlib
+from collections import OrderedDict
 
 import yaml
 from aiohttp import web
 
 MODEL_CLASS = "GlmMoeDsaForCausalLM"
+WARMUP_PROMPT = "The capital city of France is"  # sglang 0.5.11's warm-up text
 WORDS = ("Paris", " is", " the", " capital", " of", " France", ".", " It", " has", " a")
 
 SITE = "/opt/glm5/venv/lib/python3.11/site-packages/"
@@ -252,6 +289,105 @@ def predicted_step_ms(args, running: int, prefill_tokens: int) -> float:
     return step_ms * factor
 
 
+# What sglang 0.5.11's /set_internal_state may change (Scheduler.set_internal_state).
+UPDATABLE_SERVER_ARGS = (
+    "pp_max_micro_batch_size",
+    "speculative_accept_threshold_single",
+    "speculative_accept_threshold_acc",
+)
+# sglang 0.5.11 http_server.flush_cache's answer when the scheduler flushed.
+FLUSHED = (
+    "Cache flushed.\nPlease check backend logs for more details. "
+    "(When there are running or waiting requests, the operation will not be performed.)\n"
+)
+# The sglang: families served, with their type and help text as sglang 0.5.11 has them
+# (observability/metrics_collector.py), and whose labels they carry: the scheduler's
+# (per rank) or the tokenizer's.
+METRICS = {
+    "num_running_reqs": ("gauge", "The number of running requests.", "scheduler"),
+    "num_queue_reqs": ("gauge", "The number of requests in the waiting queue.", "scheduler"),
+    "gen_throughput": ("gauge", "The generation throughput (token/s).", "scheduler"),
+    "cache_hit_rate": ("gauge", "The prefix cache hit rate.", "scheduler"),
+    "token_usage": ("gauge", "The token usage.", "scheduler"),
+    "prompt_tokens_total": ("counter", "Number of prefill tokens processed.", "tokenizer"),
+    "generation_tokens_total": (
+        "counter", "Number of generation tokens processed.", "tokenizer",
+    ),
+    "num_requests_total": ("counter", "Number of requests processed.", "tokenizer"),
+    "cached_tokens_total": (
+        "counter",
+        "Number of cached prompt tokens by source (device/host/storage).",
+        "tokenizer",
+    ),
+    "realtime_tokens_total": (
+        "counter",
+        "Total number of tokens processed (updated on each log interval). "
+        "mode: prefill_compute, prefill_cache, decode.",
+        "scheduler",
+    ),
+}  # fmt: skip
+
+
+def server_args_dict(args) -> dict:
+    """The server args this engine takes, under sglang's names."""
+    return {
+        "model_path": args.model_path,
+        "served_model_name": args.served_model_name or args.model_path,
+        "tp_size": args.tp_size or 1,
+        "max_running_requests": args.max_running_requests,
+        "context_length": args.context_length,
+        "mem_fraction_static": args.mem_fraction_static,
+        "max_total_tokens": args.max_total_tokens,
+        "attention_backend": args.attention_backend,
+        "moe_runner_backend": args.moe_runner_backend,
+        "disable_cuda_graph": args.disable_cuda_graph,
+        "disable_radix_cache": args.disable_radix_cache,
+        "chunked_prefill_size": args.chunked_prefill_size,
+        "page_size": args.page_size,
+        "skip_server_warmup": args.skip_server_warmup,
+        "decode_log_interval": args.decode_log_interval,
+        "pp_max_micro_batch_size": args.pp_max_micro_batch_size,
+    }
+
+
+def render_metrics(engine: Engine, model_name: str) -> str:
+    """/metrics as sglang 0.5.11 serves it (prometheus multiprocess: labels in name order,
+    a family with no sample yet left out)."""
+    tokenizer = {"engine_type": "unified", "model_name": model_name}
+    scheduler = {**tokenizer, "moe_ep_rank": "0", "pp_rank": "0", "tp_rank": "0"}
+    usage = engine.kv_used / engine.kv_tokens if engine.kv_tokens else 0.0
+    samples = {
+        "num_running_reqs": [({}, len(engine.running))],
+        "num_queue_reqs": [({}, len(engine.waiting))],
+        "gen_throughput": [({}, engine.last_gen_throughput)],
+        "cache_hit_rate": [({}, engine.last_cache_hit_rate)],
+        "token_usage": [({}, usage)],
+        "realtime_tokens_total": [({"mode": m}, v) for m, v in engine.realtime_tokens.items()],
+    }
+    if engine.requests_total:
+        samples["prompt_tokens_total"] = [({}, engine.prompt_tokens_total)]
+        samples["generation_tokens_total"] = [({}, engine.generation_tokens_total)]
+        samples["num_requests_total"] = [({}, engine.requests_total)]
+    if engine.cached_tokens_total:
+        samples["cached_tokens_total"] = [({"cache_source": "device"}, engine.cached_tokens_total)]
+    lines = []
+    for name, (kind, help_text, side) in METRICS.items():
+        if not samples.get(name):
+            continue
+        lines += [f"# HELP sglang:{name} {help_text}", f"# TYPE sglang:{name} {kind}"]
+        for extra, value in samples[name]:
+            labels = {**(scheduler if side == "scheduler" else tokenizer), **extra}
+            text = ",".join(f'{key}="{labels[key]}"' for key in sorted(labels))
+            lines.append(f"sglang:{name}{{{text}}} {float(value)}")
+    return "\n".join(lines) + "\n"
+
+
+def validation_error(where: str, name: str, expected: str) -> web.Response:
+    """FastAPI's 422 answer for a malformed request."""
+    detail = [{"type": "value_error", "loc": [where, name], "msg": f"expected {expected}"}]
+    return web.json_response({"detail": detail}, status=422)
+
+
 def parse_mode(text: str) -> dict[str, str]:
     mode = {}
     for item in filter(None, (part.strip() for part in text.split(","))):
@@ -295,6 +431,10 @@ def parse_args(argv: list[str]):
     parser.add_argument("--max-total-tokens", type=int, default=None)
     parser.add_argument("--chunked-prefill-size", type=int, default=None)
     parser.add_argument("--page-size", type=int, default=1)
+    parser.add_argument("--disable-radix-cache", action="store_true")
+    parser.add_argument("--skip-server-warmup", action="store_true")
+    parser.add_argument("--decode-log-interval", type=int, default=40)
+    parser.add_argument("--pp-max-micro-batch-size", type=int, default=None)
     args, unknown = parser.parse_known_args(merge_config_file(argv))
     args.unknown = unknown
     args.mode = parse_mode(args.test_mode)
@@ -324,46 +464,128 @@ class Log:
 
 class Request:
     __slots__ = (
-        "rid", "prompt_tokens", "max_new", "generated", "queue", "started", "prefilled",
-        "kv_tokens",
+        "rid", "input_ids", "prompt_tokens", "cached_tokens", "max_new", "generated", "queue",
+        "started", "kv_tokens", "counted",
     )  # fmt: skip
 
-    def __init__(self, prompt_tokens: int, max_new: int):
+    def __init__(
+        self,
+        prompt_tokens: int = 1,
+        max_new: int = 16,
+        input_ids: tuple[int, ...] | None = None,
+        counted: bool = True,
+    ):
+        """input_ids: the prompt's tokens (None: `prompt_tokens` tokens the prefix cache
+        never matches). counted=False: sglang's health generation, which its request
+        metrics do not count."""
         self.rid = uuid.uuid4().hex
-        self.prompt_tokens = prompt_tokens
+        self.input_ids = None if input_ids is None else tuple(input_ids)
+        self.prompt_tokens = prompt_tokens if input_ids is None else len(self.input_ids)
+        self.cached_tokens = 0  # the prompt's prefix found in the prefix cache on admission
         self.max_new = max(1, max_new)
         self.kv_tokens = 0  # set on submit: what it holds in the KV pool
         self.generated = 0
         self.queue: asyncio.Queue = asyncio.Queue()
         self.started = time.perf_counter()
-        self.prefilled = False
+        self.counted = counted
+
+
+class PrefixCache:
+    """sglang's radix cache as a caller sees it: after prefill a prompt is stored as whole
+    pages, each keyed by a hash chain (a page's key hashes the key before it with the page's
+    tokens); a later prompt matches page by page from its start, up to its last token, which
+    is always computed (its logits give the first output token). Least recently used pages
+    go when the cache would outgrow the KV pool, a prefix's first pages last."""
+
+    def __init__(self, page_size: int, capacity_tokens: int, enabled: bool = True):
+        self.page = max(1, page_size)
+        self.capacity_pages = max(1, capacity_tokens // self.page)
+        self.enabled = enabled
+        self.pages: OrderedDict[int, None] = OrderedDict()
+
+    def _chain(self, ids: tuple[int, ...], tokens: int):
+        key = 0
+        for start in range(0, tokens - tokens % self.page, self.page):
+            key = hash((key, ids[start : start + self.page]))
+            yield key
+
+    def match(self, ids: tuple[int, ...] | None) -> int:
+        """The cached tokens at the start of this prompt (whole pages)."""
+        if not self.enabled or not ids:
+            return 0
+        found = []
+        for key in self._chain(ids, len(ids) - 1):
+            if key not in self.pages:
+                break
+            found.append(key)
+        self._touch(found)
+        return len(found) * self.page
+
+    def insert(self, ids: tuple[int, ...] | None) -> None:
+        if not self.enabled or not ids:
+            return
+        keys = list(self._chain(ids, len(ids)))
+        for key in keys:
+            self.pages[key] = None
+        self._touch(keys)
+        while len(self.pages) > self.capacity_pages:
+            self.pages.popitem(last=False)
+
+    def _touch(self, keys: list[int]) -> None:
+        for key in reversed(keys):
+            self.pages.move_to_end(key)
+
+    def flush(self) -> None:
+        self.pages.clear()
+
+    @property
+    def tokens(self) -> int:
+        return len(self.pages) * self.page
 
 
 class Engine:
-    """Continuous batching with a step time that grows with the batch: throughput saturates."""
+    """Continuous batching with a step time that grows with the batch: throughput saturates.
 
-    def __init__(self, args):
+    Counters as sglang 0.5.11 keeps them: the scheduler's realtime tokens by mode advance
+    with every step; the tokenizer's per-request totals when a request finishes."""
+
+    def __init__(self, args, log: Log | None = None, clock=time.monotonic):
         self.args = args
+        self.log = log
+        self.clock = clock
         self.running: list[Request] = []
         self.waiting: list[Request] = []
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
+        self.cached_tokens_total = 0
         self.requests_total = 0
+        self.realtime_tokens: dict[str, int] = {}  # by mode, in the order first counted
         self.frozen = False
         self.wake = asyncio.Event()
         self.last_gen_throughput = 0.0
+        self.last_cache_hit_rate = 0.0
         self.kv_tokens = kv_pool_tokens(args)
         self.kv_used = 0
+        self.cache = PrefixCache(args.page_size, self.kv_tokens, not args.disable_radix_cache)
+        # sglang's pp_max_micro_batch_size (the flag, else --max-running-requests): the
+        # admission limit /set_internal_state moves.
+        self.max_micro_batch = args.pp_max_micro_batch_size or max(args.max_running_requests, 1)
+        self.updated_args = {
+            "pp_max_micro_batch_size": self.max_micro_batch,
+            "speculative_accept_threshold_single": 1.0,
+            "speculative_accept_threshold_acc": 1.0,
+        }
         self.noise = float(args.mode.get("noise", 0))
         self.rng = random.Random(int(args.mode.get("seed", 0)))
         self.cold_s = float(args.mode.get("cold", 0))
         self.serving_since: float | None = None
+        self.decode_steps = 0
+        self.tokens_since_decode_log = 0
+        self.last_decode_log = self.last_prefill_log = clock()
 
-    def submit(self, request: Request, log_metrics: bool = True) -> None:
-        """log_metrics=False: sglang's health generation, which its metrics do not count."""
+    def submit(self, request: Request) -> None:
         request.kv_tokens = request_kv_tokens(self.args, request.prompt_tokens, request.max_new)
         self.waiting.append(request)
-        self.requests_total += int(log_metrics)
         self.wake.set()
 
     async def loop(self) -> None:
@@ -376,47 +598,158 @@ class Engine:
                 await self.wake.wait()
                 continue
             new = self.admit()
-            prefill_tokens = sum(r.prompt_tokens for r in new)
-            step_s = self.step_ms(len(self.running), prefill_tokens) / 1e3
-            await asyncio.sleep(step_s)
+            await asyncio.sleep(self.step_ms(len(self.running), prefill_tokens(new)) / 1e3)
             if self.frozen:
                 continue
-            self.prompt_tokens_total += prefill_tokens
-            self.generation_tokens_total += len(self.running)
-            self.last_gen_throughput = len(self.running) / step_s
-            still = []
-            for request in self.running:
-                request.generated += 1
-                done = request.generated >= request.max_new
-                if done or request.generated % self.args.stream_interval == 0:
-                    request.queue.put_nowait(done)
-                if not done:
-                    still.append(request)
-                else:
-                    self.kv_used -= request.kv_tokens
-            self.running = still
+            self.finish_step(new)
+
+    def finish_step(self, new: list[Request]) -> None:
+        """What one step did: the new requests' prompts prefilled (and cached), one token for
+        every running request, the counters and sglang's batch log lines."""
+        if new:
+            computed = prefill_tokens(new)
+            cached = sum(r.cached_tokens for r in new)
+            for request in new:
+                self.cache.insert(request.input_ids)
+            self.count_realtime("prefill_compute", computed)
+            self.count_realtime("prefill_cache", cached)
+            self.log_prefill(len(new), computed, cached)
+        self.count_realtime("decode", len(self.running))
+        self.decode_steps += 1
+        self.tokens_since_decode_log += len(self.running)
+        if self.decode_steps % max(1, self.args.decode_log_interval) == 0:
+            self.log_decode()
+        still = []
+        for request in self.running:
+            request.generated += 1
+            done = request.generated >= request.max_new
+            if done or request.generated % self.args.stream_interval == 0:
+                request.queue.put_nowait(done)
+            if not done:
+                still.append(request)
+            else:
+                self.kv_used -= request.kv_tokens
+                self.count_finished(request)
+        self.running = still
+
+    def count_realtime(self, mode: str, tokens: int) -> None:
+        if tokens:  # as prometheus_client: a mode appears once it is first counted
+            self.realtime_tokens[mode] = self.realtime_tokens.get(mode, 0) + tokens
+
+    def count_finished(self, request: Request) -> None:
+        """sglang's observe_one_finished_request (the tokenizer's counters)."""
+        if request.counted:
+            self.prompt_tokens_total += request.prompt_tokens
+            self.generation_tokens_total += request.generated
+            self.cached_tokens_total += request.cached_tokens
+            self.requests_total += 1
+
+    def used_tokens(self) -> int:
+        return sum(r.prompt_tokens + r.generated for r in self.running)
+
+    def scheduler_line(self, text: str) -> None:
+        if self.log is not None:
+            self.log.line(text, 0 if self.log.ranks > 1 else None)
+
+    def log_prefill(self, new_seqs: int, computed: int, cached: int) -> None:
+        """sglang 0.5.11 report_prefill_stats (observability/scheduler_metrics_mixin.py)."""
+        now = self.clock()
+        gap, self.last_prefill_log = now - self.last_prefill_log, now
+        usage = self.used_tokens() / self.kv_tokens if self.kv_tokens else 0.0
+        self.last_cache_hit_rate = cached / (computed + cached) if computed + cached else 0.0
+        self.scheduler_line(
+            f"Prefill batch, #new-seq: {new_seqs}, #new-token: {computed}, "
+            f"#cached-token: {cached}, token usage: {usage:.2f}, "
+            f"#running-req: {len(self.running) - new_seqs}, #queue-req: {len(self.waiting)}, "
+            f"#pending-token: 0, cuda graph: {not self.args.disable_cuda_graph}, "
+            f"input throughput (token/s): {computed / gap if gap > 0 else 0.0:.2f}"
+        )
+
+    def log_decode(self) -> None:
+        """sglang 0.5.11 report_decode_stats: every --decode-log-interval decode steps, which
+        is also when gen_throughput is measured."""
+        now = self.clock()
+        gap, self.last_decode_log = now - self.last_decode_log, now
+        self.last_gen_throughput = self.tokens_since_decode_log / gap if gap > 0 else 0.0
+        self.tokens_since_decode_log = 0
+        used = self.used_tokens()
+        usage = used / self.kv_tokens if self.kv_tokens else 0.0
+        self.scheduler_line(
+            f"Decode batch, #running-req: {len(self.running)}, #token: {used}, "
+            f"token usage: {usage:.2f}, cuda graph: {not self.args.disable_cuda_graph}, "
+            f"gen throughput (token/s): {self.last_gen_throughput:.2f}, "
+            f"#queue-req: {len(self.waiting)}"
+        )
 
     def admit(self) -> list[Request]:
         """Move waiting requests to the running batch, first come, first served, while the
-        batch ceiling, the KV pool and the prefill chunk allow; the first request that does
-        not fit waits, and so do those behind it."""
+        running limit (pp_max_micro_batch_size), the KV pool and the prefill chunk allow;
+        the first request that does not fit waits, and so do those behind it. A prompt's
+        cached prefix costs no prefill."""
         budget = self.args.chunked_prefill_size
         new: list[Request] = []
         prefill = 0
         for request in self.waiting:
-            if len(self.running) + len(new) >= self.args.max_running_requests:
+            if len(self.running) + len(new) >= self.max_micro_batch:
                 break
             alone = not self.running and not new  # a request larger than the pool still runs
             if self.kv_used + request.kv_tokens > self.kv_tokens and not alone:
                 break
-            if budget and budget > 0 and new and prefill + request.prompt_tokens > budget:
+            cached = self.cache.match(request.input_ids)
+            extend = request.prompt_tokens - cached
+            if budget and budget > 0 and new and prefill + extend > budget:
                 break
+            request.cached_tokens = cached
             new.append(request)
-            prefill += request.prompt_tokens
+            prefill += extend
             self.kv_used += request.kv_tokens
         self.waiting = self.waiting[len(new) :]
         self.running += new
         return new
+
+    def idle(self) -> bool:
+        return not self.running and not self.waiting
+
+    def flush_cache(self) -> bool:
+        """sglang 0.5.11 Scheduler.flush_cache: only when nothing runs or waits."""
+        if not self.idle():
+            self.scheduler_line(
+                "Cache not flushed because there are pending requests. "
+                f"#queue-req: {len(self.waiting)}, #running-req: {len(self.running)}"
+            )
+            return False
+        self.cache.flush()
+        self.decode_steps = 0
+        self.scheduler_line("Cache flushed successfully!")
+        return True
+
+    def global_server_args(self) -> dict:
+        """The scheduler's server args: the flags with what /set_internal_state changed."""
+        return {**server_args_dict(self.args), **self.updated_args}
+
+    def set_internal_state(self, server_args: dict) -> bool:
+        """sglang 0.5.11 Scheduler.set_internal_state: all keys applied, or none."""
+        limit = self.args.max_running_requests
+        for key, value in server_args.items():
+            if key not in UPDATABLE_SERVER_ARGS:
+                self.scheduler_line(f"Updating {key} is not supported.")
+                return False
+            if key == "pp_max_micro_batch_size" and (
+                not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= limit
+            ):
+                self.scheduler_line(
+                    f"Updating {key} to {value} is rejected because it is out of the valid "
+                    f"range [1, {limit}]."
+                )
+                return False
+        self.updated_args.update(server_args)
+        self.max_micro_batch = self.updated_args["pp_max_micro_batch_size"]
+        self.wake.set()
+        args_text = ", ".join(f"{k}={v!r}" for k, v in self.global_server_args().items())
+        self.scheduler_line(
+            f"Global server args updated! get_global_server_args()=ServerArgs({args_text})"
+        )
+        return True
 
     def step_ms(self, running: int, prefill_tokens: int) -> float:
         """The model's step time, with noise= and cold= applied."""
@@ -424,22 +757,33 @@ class Engine:
         if self.noise > 0:
             step *= self.rng.lognormvariate(0.0, self.noise)
         if self.cold_s and self.serving_since is not None:
-            if time.monotonic() - self.serving_since < self.cold_s:
+            if self.clock() - self.serving_since < self.cold_s:
                 step *= COLD_FACTOR
         return step
+
+
+def prefill_tokens(new: list[Request]) -> int:
+    """The prompt tokens a step computes for its new requests: the cached prefixes are free."""
+    return sum(r.prompt_tokens - r.cached_tokens for r in new)
 
 
 def text_for(tokens: int) -> str:
     return "".join(WORDS[i % len(WORDS)] for i in range(tokens))
 
 
-def count_prompt_tokens(body: dict) -> int:
-    if isinstance(body.get("input_ids"), list):
-        return len(body["input_ids"])
+def prompt_ids(body: dict) -> tuple[int, ...]:
+    """The prompt's tokens: /generate's input_ids, else the text cut into 4-character pieces
+    (one token each, at least one), so texts that share a start share tokens."""
+    ids = body.get("input_ids")
+    if isinstance(ids, list) and ids:
+        flat = [t for part in ids for t in part] if isinstance(ids[0], list) else ids
+        return tuple(int(t) for t in flat)
     text = body.get("text") or ""
     if isinstance(text, list):
         text = " ".join(map(str, text))
-    return max(1, len(str(text)) // 4)
+    text = str(text)
+    pieces = [text[i : i + 4] for i in range(0, len(text) // 4 * 4, 4)] or [text]
+    return tuple(zlib.crc32(piece.encode()) for piece in pieces)
 
 
 class Server:
@@ -447,13 +791,22 @@ class Server:
         self.args = args
         self.log = log
         self.mode = args.mode
-        self.engine = Engine(args)
+        self.engine = Engine(args, log)
         self.ready = False
         self.gracefully_exit = False
         self.exiting = False
         self.served_name = args.served_model_name or args.model_path
         self.serving_since: float | None = None
         self.generate_calls = 0
+
+    async def warm_up(self) -> None:
+        """sglang 0.5.11 _execute_server_warmup: one /generate of 8 tokens, counted in the
+        request metrics like any other."""
+        body = {"text": WARMUP_PROMPT}
+        job = Request(input_ids=prompt_ids(body), max_new=8)
+        self.engine.submit(job)
+        while not await job.queue.get():
+            pass
 
     # --- failure injection -------------------------------------------------------
     def crash_now(self, where: str) -> None:
@@ -504,21 +857,20 @@ class Server:
             return web.Response(status=503, text="starting")
         if self.wedged():
             await asyncio.sleep(3600)
-        job = Request(prompt_tokens=1, max_new=1)
-        self.engine.submit(job, log_metrics=False)
+        job = Request(prompt_tokens=1, max_new=1, counted=False)
+        self.engine.submit(job)
         await job.queue.get()
         await asyncio.sleep(float(self.mode.get("health-wait", 0)))
         return web.Response(text="")
 
     async def generate(self, request):
-        if not self.ready:
-            return web.json_response({"error": {"message": "Server is starting"}}, status=503)
+        """Served as soon as the port is open, the warm-up running, as sglang 0.5.11 does."""
         body = await request.json()
         self.generate_calls += 1
         self.crash_now("generate")
         sampling = body.get("sampling_params") or {}
         max_new = int(sampling.get("max_new_tokens") or 16)
-        job = Request(count_prompt_tokens(body), max_new)
+        job = Request(input_ids=prompt_ids(body), max_new=max_new)
         self.engine.submit(job)
         if not body.get("stream"):
             while not await job.queue.get():
@@ -549,30 +901,48 @@ class Server:
                 "prompt_tokens": job.prompt_tokens,
                 "weight_version": "default",
                 "completion_tokens": job.generated,
-                "cached_tokens": 0,
+                "cached_tokens": job.cached_tokens,
                 "e2e_latency": round(time.perf_counter() - job.started, 6),
             },
         }
 
     async def server_info(self, request):
+        """sglang 0.5.11 /server_info: the launcher's server args (where
+        pp_max_micro_batch_size keeps its flag value), the scheduler's info, and
+        internal_states, one dict per DP rank with the scheduler's live args."""
+        engine = self.engine
+        internal = {
+            **engine.global_server_args(),
+            "last_gen_throughput": engine.last_gen_throughput,
+            "memory_usage": {
+                "weight": 53.25,
+                "kvcache": round(engine.kv_tokens * KV_GB_PER_TOKEN, 2),
+                "token_capacity": engine.kv_tokens,
+                "graph": 0.31,
+            },
+            "effective_max_running_requests_per_dp": self.args.max_running_requests,
+        }
         return web.json_response(
             {
-                "model_path": self.args.model_path,
-                "served_model_name": self.served_name,
-                "tp_size": self.args.tp_size or 1,
-                "max_running_requests": self.args.max_running_requests,
-                "context_length": self.args.context_length,
-                "mem_fraction_static": self.args.mem_fraction_static,
-                "max_total_num_tokens": self.engine.kv_tokens,
-                "attention_backend": self.args.attention_backend,
-                "moe_runner_backend": self.args.moe_runner_backend,
-                "disable_cuda_graph": self.args.disable_cuda_graph,
-                "chunked_prefill_size": self.args.chunked_prefill_size,
-                "page_size": self.args.page_size,
+                **server_args_dict(self.args),
+                "max_total_num_tokens": engine.kv_tokens,
+                "internal_states": [internal],
                 "version": "0.5.10.post1-test-engine",
-                "internal_states": [{"last_gen_throughput": self.engine.last_gen_throughput}],
             }
         )
+
+    async def set_internal_state(self, request):
+        """sglang 0.5.11: one `updated` per DP rank, true even when the scheduler refused the
+        value (it logs why and keeps the old one)."""
+        try:
+            body = await request.json()
+        except ValueError:
+            body = None
+        server_args = body.get("server_args") if isinstance(body, dict) else None
+        if not isinstance(server_args, dict):
+            return validation_error("body", "server_args", 'a JSON object {"server_args": {...}}')
+        self.engine.set_internal_state(server_args)
+        return web.json_response([True])
 
     async def model_info(self, request):
         return web.json_response(
@@ -602,27 +972,28 @@ class Server:
         )
 
     async def metrics(self, request):
-        engine, label = self.engine, f'model_name="{self.served_name}"'
-        lines = []
-        for name, kind, value in (
-            ("num_running_reqs", "gauge", len(engine.running)),
-            ("num_queue_reqs", "gauge", len(engine.waiting)),
-            ("gen_throughput", "gauge", engine.last_gen_throughput),
-            ("token_usage", "gauge", engine.kv_used / engine.kv_tokens if engine.kv_tokens else 0),
-            ("cache_hit_rate", "gauge", 0.0),
-            ("prompt_tokens_total", "counter", engine.prompt_tokens_total),
-            ("generation_tokens_total", "counter", engine.generation_tokens_total),
-            ("num_requests_total", "counter", engine.requests_total),
-        ):
-            lines += [
-                f"# HELP sglang:{name} {name}",
-                f"# TYPE sglang:{name} {kind}",
-                f"sglang:{name}{{{label}}} {float(value)}",
-            ]
-        return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
+        return web.Response(
+            text=render_metrics(self.engine, self.served_name), content_type="text/plain"
+        )
 
     async def flush_cache(self, request):
-        return web.Response(text="Cache flushed.\nPlease check backend logs for more details.")
+        """sglang 0.5.11 /flush_cache: refused (400) while requests run or wait, unless
+        ?timeout=SECONDS lets it wait that long for the engine to go idle."""
+        try:
+            timeout = float(request.query.get("timeout", "0"))
+        except ValueError:
+            timeout = -1.0
+        if not timeout >= 0:
+            return validation_error("query", "timeout", "a number of seconds >= 0")
+        deadline = time.monotonic() + timeout
+        while timeout > 0 and not self.engine.idle() and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        if timeout > 0 and not self.engine.idle():
+            self.log.line("Deferred flush_cache timed out while waiting for idle state.")
+            return web.Response(status=400, text="Timed out waiting for idle state.")
+        if not self.engine.flush_cache():
+            return web.Response(status=400, text="Flush cache failed.\n")
+        return web.Response(text=FLUSHED)
 
     @web.middleware
     async def api_key_middleware(self, request, handler):
@@ -647,7 +1018,10 @@ class Server:
             app.router.add_get(path, self.model_info)
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/metrics", self.metrics)
-        app.router.add_route("*", "/flush_cache", self.flush_cache)
+        for method in ("GET", "POST"):
+            app.router.add_route(method, "/flush_cache", self.flush_cache)
+        for method in ("POST", "PUT"):
+            app.router.add_route(method, "/set_internal_state", self.set_internal_state)
         return app
 
 
@@ -657,7 +1031,8 @@ async def start_up(server: Server) -> None:
     log.line(
         f"server_args=ServerArgs(model_path='{args.model_path}', tp_size={args.tp_size}, "
         f"api_key={args.api_key!r}, "
-        f"max_running_requests={args.max_running_requests}, skip_server_warmup=False, "
+        f"max_running_requests={args.max_running_requests}, "
+        f"skip_server_warmup={args.skip_server_warmup}, "
         "disable_flashinfer_autotune=False)"
     )
     log.all_ranks("Init torch distributed begin.")
@@ -737,11 +1112,8 @@ async def main_async(args) -> None:
     log.raw("INFO:     Waiting for application startup.")
     log.raw("INFO:     Application startup complete.")
     log.raw(f"INFO:     Uvicorn running on http://{args.host}:{args.port} (Press CTRL+C to quit)")
-    log.line(
-        "Prefill batch, #new-seq: 1, #new-token: 7, #cached-token: 0, token usage: 0.00, "
-        "#running-req: 0, #queue-req: 0, #pending-token: 0, cuda graph: False",
-        0,
-    )
+    if not args.skip_server_warmup:
+        await server.warm_up()
     server.ready = True
     server.serving_since = server.engine.serving_since = time.monotonic()
     log.line("The server is fired up and ready to roll!")

@@ -21,7 +21,7 @@ from glm5svc.serve.diagnosis import diagnose
 from glm5svc.serve.phases import FIRED_UP, PRIORITY_ERR, Phase, parse_line
 from glm5svc.serve.probes import PROGRESS_COUNTERS, parse_progress_counters
 from glm5svc.serve.state import SupervisorState
-from testkit.engine import TEST_ENGINE, free_port
+from testkit.engine import TEST_ENGINE, free_port, start_engine
 
 RECORDINGS = Path(__file__).resolve().parents[1] / "fixtures" / "real_engine"
 RECORDED = RECORDINGS / "sglang-0.5.11-h200-service"
@@ -193,7 +193,8 @@ def test_engine_output():
     try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            try:
+            try:  # once ready (the warm-up generation done), as a real server after it
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2).close()
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as reply:
                     metrics = reply.read().decode()
                 break
@@ -286,9 +287,85 @@ def test_test_engine_prefill_metadata_crash_prints_what_sglang_0_5_11_printed():
 def test_test_engine_metrics_are_a_subset_of_real_ones(test_engine_output):
     _, metrics = test_engine_output
     names = lambda text: set(re.findall(r"^(sglang:\w+)", text, re.M))  # noqa: E731
-    real = names((RECORDED / "metrics-under-load.txt").read_text())
+    real = set().union(*(names(path.read_text()) for path in REAL_METRICS))
     assert names(metrics) and names(metrics) <= real
     assert set(PROGRESS_COUNTERS) <= names(metrics)
+
+
+REAL_METRICS = [
+    RECORDINGS / run / name
+    for run in ("sglang-0.5.11-h200-service", "sglang-0.5.11-h200-service-new-drain")
+    for name in ("metrics-idle.txt", "metrics-under-load.txt")
+]
+SAMPLE = re.compile(r"^(sglang:\w+)\{([^}]*)\} \S+$")
+
+
+def metric_families(texts: list[str]) -> dict[str, dict]:
+    """Each sglang: family's HELP and TYPE lines, label names and label values."""
+    families: dict[str, dict] = {}
+    for text in texts:
+        for line in text.splitlines():
+            if line.startswith(("# HELP sglang:", "# TYPE sglang:")):
+                name = line.split()[2]
+                families.setdefault(name, {"meta": set(), "keys": set(), "values": {}})
+                families[name]["meta"].add(line)
+            elif found := SAMPLE.match(line):
+                family = families.setdefault(
+                    found.group(1), {"meta": set(), "keys": set(), "values": {}}
+                )
+                labels = dict(re.findall(r'(\w+)="([^"]*)"', found.group(2)))
+                family["keys"].add(tuple(labels))
+                for key, value in labels.items():
+                    family["values"].setdefault(key, set()).add(value)
+    return families
+
+
+def test_test_engine_metrics_match_real_ones_in_help_type_and_labels(tmp_path):
+    """Every family the test engine serves, with a prefix-cache hit among its requests, has
+    sglang 0.5.11's HELP and TYPE lines, label names (in order) and fixed label values."""
+    handle = start_engine(tmp_path / "engine.log", "--served-model-name", "tiny")
+    try:
+        body = json.dumps({"input_ids": list(range(40)), "sampling_params": {"max_new_tokens": 3}})
+        for _ in range(2):
+            request = urllib.request.Request(handle.base_url + "/generate", body.encode())
+            with urllib.request.urlopen(request, timeout=10) as reply:
+                reply.read()
+        with urllib.request.urlopen(handle.base_url + "/metrics", timeout=10) as reply:
+            served = metric_families([reply.read().decode()])
+    finally:
+        handle.stop()
+    real = metric_families([path.read_text() for path in REAL_METRICS])
+    assert {"sglang:cached_tokens_total", "sglang:realtime_tokens_total"} <= set(served)
+    assert served["sglang:realtime_tokens_total"]["values"]["mode"] == {
+        "prefill_compute", "prefill_cache", "decode"
+    }  # fmt: skip
+    for name, family in served.items():
+        assert family["meta"] and family["meta"] <= real[name]["meta"], name
+        assert family["keys"] <= real[name]["keys"], name
+        for key, values in family["values"].items():
+            if key != "model_name":
+                assert values <= real[name]["values"][key], (name, key)
+
+
+def batch_line_template(line: str) -> str:
+    text = PREFIX.sub("", line.strip())
+    return re.sub(r"\d+(?:\.\d+)?", "N", re.sub(r"\b(True|False)\b", "B", text))
+
+
+def test_test_engine_batch_lines_have_the_real_wording(test_engine_output):
+    """The Prefill batch and Decode batch lines, numbers aside, are word for word what
+    sglang 0.5.11 logged (every recorded log)."""
+    real = {
+        batch_line_template(line)
+        for path in RECORDINGS.rglob("*.log")
+        for line in path.read_text().splitlines()
+        if PREFIX.match(line) and ("Prefill batch" in line or "Decode batch" in line)
+    }
+    lines, _ = test_engine_output
+    printed = [line for line in lines if "Prefill batch" in line or "Decode batch" in line]
+    assert any("Prefill batch" in line for line in printed)
+    assert any("Decode batch" in line for line in printed)
+    assert {batch_line_template(line) for line in printed} <= real
 
 
 def test_recorded_run_says_where_and_when():
