@@ -94,12 +94,32 @@ and --test-mode items:
                         for each new shape: a real server's first benchmark is slow)
   kv-at-full=TOKENS     KV_TOKENS_AT_FULL for this engine (a pool small enough to bind in
                         a short CPU benchmark)
+Noise across runs and starts, for testing measurement methods (all multiply the step):
+  start-effect=SIGMA    one lognormal factor per engine start, drawn from seed= and the
+                        start's index in the cache folder (the count in its
+                        test-engine-starts file), or from the process id without seed=
+  run-noise=SIGMA       a new lognormal factor every run-noise-s seconds of serving (the
+  run-noise-s=SECONDS   difference from one run to the next; default 10), same seeding
+  drift=FRACTION        the step grows by FRACTION per minute of serving, linearly
+Caches that make a second start faster, in the cache folder ($SGLANG_CACHE_DIR, else
+$XDG_CACHE_HOME/sglang, else ~/.cache/sglang):
+  jit=SECONDS           a start with no marker for its kernel flags (attention and MoE
+                        runner backends, CUDA graphs on or off, --max-running-requests,
+                        --chunked-prefill-size: `kernel_key`) spends SECONDS compiling inside
+                        "Capture piecewise CUDA graph begin/end" (sglang's "Capture cuda graph
+                        num tokens [...]", "Compiling num tokens (num_tokens=N): ..." bar,
+                        "Compiling a graph for dynamic shape takes X s"; the end line's "Time
+                        elapsed" includes it), then writes the marker under test-engine-jit/;
+                        a start that finds it compiles nothing
+  --skip-server-warmup  no warm-up generation; the ready line is printed all the same
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import fcntl
+import hashlib
 import json
 import math
 import os
@@ -111,6 +131,7 @@ import time
 import uuid
 import zlib
 from collections import OrderedDict
+from pathlib import Path
 
 import yaml
 from aiohttp import web
@@ -253,6 +274,17 @@ STEP_FACTORS = {
     "cuda_graph": {"small_batch": 64, "base": 0.6, "per_req": 1.05},
 }
 COLD_FACTOR = 1.3
+DEFAULT_RUN_NOISE_S = 10.0
+# The token counts sglang 0.5.11 compiled piecewise CUDA graphs for (chunked prefill 8192).
+PIECEWISE_TOKENS = (
+    4, 8, 12, 16, 20, 24, 28, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240,
+    256, 288, 320, 352, 384, 416, 448, 480, 512, 576, 640, 704, 768, 832, 896, 960, 1024, 1280,
+    1536, 1792, 2048, 2304, 2560, 2816, 3072, 3328, 3584, 3840, 4096, 4608, 5120, 5632, 6144,
+    6656, 7168, 7680, 8192,
+)  # fmt: skip
+# Under the cache folder: the start counter (start-effect=, run-noise=) and the JIT markers.
+START_COUNTER = "test-engine-starts"
+JIT_FOLDER = "test-engine-jit"
 DEFAULT_CHUNKED_PREFILL_SIZE = 8192  # what the log line shows when the flag is absent
 KV_GB_PER_TOKEN = 28.40 / 1043968  # the size this engine printed for its old fixed pool
 
@@ -549,7 +581,9 @@ class Engine:
     Counters as sglang 0.5.11 keeps them: the scheduler's realtime tokens by mode advance
     with every step; the tokenizer's per-request totals when a request finishes."""
 
-    def __init__(self, args, log: Log | None = None, clock=time.monotonic):
+    def __init__(self, args, log: Log | None = None, clock=time.monotonic, start_index: int = 0):
+        """start_index: how many starts the cache folder saw before this one (the seed of
+        start-effect= and run-noise=, with seed=)."""
         self.args = args
         self.log = log
         self.clock = clock
@@ -578,6 +612,14 @@ class Engine:
         self.noise = float(args.mode.get("noise", 0))
         self.rng = random.Random(int(args.mode.get("seed", 0)))
         self.cold_s = float(args.mode.get("cold", 0))
+        self.noise_seed = noise_seed(args.mode, start_index)
+        self.start_factor = lognormal(
+            f"start-effect:{self.noise_seed}", float(args.mode.get("start-effect", 0))
+        )
+        self.run_noise = float(args.mode.get("run-noise", 0))
+        self.run_noise_s = float(args.mode.get("run-noise-s", DEFAULT_RUN_NOISE_S))
+        self.run_factors: dict[int, float] = {}
+        self.drift = float(args.mode.get("drift", 0))
         self.serving_since: float | None = None
         self.decode_steps = 0
         self.tokens_since_decode_log = 0
@@ -752,14 +794,85 @@ class Engine:
         return True
 
     def step_ms(self, running: int, prefill_tokens: int) -> float:
-        """The model's step time, with noise= and cold= applied."""
-        step = predicted_step_ms(self.args, running, prefill_tokens)
+        """The model's step time, with the noise model applied: noise= (each step),
+        start-effect= (this start), run-noise= (this run-noise-s window), drift= and cold=
+        (time since serving began)."""
+        step = predicted_step_ms(self.args, running, prefill_tokens) * self.start_factor
         if self.noise > 0:
             step *= self.rng.lognormvariate(0.0, self.noise)
-        if self.cold_s and self.serving_since is not None:
-            if self.clock() - self.serving_since < self.cold_s:
-                step *= COLD_FACTOR
-        return step
+        if self.serving_since is None:
+            return step
+        serving_s = max(0.0, self.clock() - self.serving_since)
+        if self.cold_s and serving_s < self.cold_s:
+            step *= COLD_FACTOR
+        if self.run_noise > 0 and self.run_noise_s > 0:
+            step *= self.run_factor(int(serving_s // self.run_noise_s))
+        return step * (1.0 + self.drift * serving_s / 60.0)
+
+    def run_factor(self, window: int) -> float:
+        """The run-noise= factor of one run-noise-s window of serving."""
+        if window not in self.run_factors:
+            self.run_factors[window] = lognormal(
+                f"run-noise:{self.noise_seed}:{window}", self.run_noise
+            )
+        return self.run_factors[window]
+
+
+def lognormal(seed: str, sigma: float) -> float:
+    """One lognormal factor of that sigma, the same for the same seed (1.0 for sigma 0)."""
+    return random.Random(seed).lognormvariate(0.0, sigma) if sigma > 0 else 1.0
+
+
+def noise_seed(mode: dict[str, str], start_index: int) -> str:
+    """What start-effect= and run-noise= draw from: seed= and the start's index in the cache
+    folder, or, with no seed=, this process (a fresh draw every start)."""
+    if "seed" in mode:
+        return f"{mode['seed']}:{start_index}"
+    return f"pid:{os.getpid()}"
+
+
+def cache_dir() -> Path:
+    """The engine's cache folder: $SGLANG_CACHE_DIR, else $XDG_CACHE_HOME/sglang, else
+    ~/.cache/sglang."""
+    if os.environ.get("SGLANG_CACHE_DIR"):
+        return Path(os.environ["SGLANG_CACHE_DIR"])
+    if os.environ.get("XDG_CACHE_HOME"):
+        return Path(os.environ["XDG_CACHE_HOME"]) / "sglang"
+    return Path.home() / ".cache" / "sglang"
+
+
+def write_file_atomically(path: Path, text: str) -> None:
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_text(text)
+    os.replace(temporary, path)
+
+
+def next_start_index(folder: Path) -> int:
+    """How many starts this cache folder counted before this one; counts this one."""
+    folder.mkdir(parents=True, exist_ok=True)
+    counter = folder / START_COUNTER
+    with open(folder / f"{START_COUNTER}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        text = counter.read_text().strip() if counter.exists() else ""
+        index = int(text) if text.isdigit() else 0
+        write_file_atomically(counter, f"{index + 1}\n")
+    return index
+
+
+def kernel_key(args) -> dict:
+    """The flags that shape the compiled kernels and captured graphs (the JIT marker's key)."""
+    return {
+        "attention_backend": args.attention_backend,
+        "moe_runner_backend": args.moe_runner_backend,
+        "cuda_graph": not args.disable_cuda_graph,
+        "max_running_requests": args.max_running_requests,
+        "chunked_prefill_size": args.chunked_prefill_size,
+    }
+
+
+def jit_marker(args, folder: Path) -> Path:
+    digest = hashlib.sha256(json.dumps(kernel_key(args), sort_keys=True).encode()).hexdigest()
+    return folder / JIT_FOLDER / f"{digest[:16]}.json"
 
 
 def prefill_tokens(new: list[Request]) -> int:
@@ -787,11 +900,11 @@ def prompt_ids(body: dict) -> tuple[int, ...]:
 
 
 class Server:
-    def __init__(self, args, log: Log):
+    def __init__(self, args, log: Log, start_index: int = 0):
         self.args = args
         self.log = log
         self.mode = args.mode
-        self.engine = Engine(args, log)
+        self.engine = Engine(args, log, start_index=start_index)
         self.ready = False
         self.gracefully_exit = False
         self.exiting = False
@@ -1069,10 +1182,13 @@ async def start_up(server: Server) -> None:
     await asyncio.sleep(0.1)
     log.line("FlashInfer autotune completed.", 0)
     log.line("Capture piecewise CUDA graph begin. avail mem=8.10 GB", 0)
+    began = time.monotonic()
     server.crash_now("graph")
+    log.line(f"Capture cuda graph num tokens {list(PIECEWISE_TOKENS)}", 0)
+    await compile_kernels(log, args, float(mode.get("jit", 0)))
     log.line(
-        "Capture piecewise CUDA graph end. Time elapsed: 0.10 s. mem usage=0.31 GB. "
-        "avail mem=7.79 GB.",
+        f"Capture piecewise CUDA graph end. Time elapsed: {time.monotonic() - began:.2f} s. "
+        "mem usage=0.31 GB. avail mem=7.79 GB.",
         0,
     )
     chunked = args.chunked_prefill_size or DEFAULT_CHUNKED_PREFILL_SIZE
@@ -1084,10 +1200,45 @@ async def start_up(server: Server) -> None:
     )
 
 
+async def compile_kernels(log: Log, args, jit_s: float) -> None:
+    """jit=SECONDS: a start with no marker for these kernel flags in the cache folder spends
+    that long compiling (sglang's piecewise graph compile, with its progress bar), then
+    writes the marker; a start that finds it compiles nothing."""
+    if jit_s <= 0:
+        return
+    marker = jit_marker(args, cache_dir())
+    if marker.exists():
+        return
+    shapes = len(PIECEWISE_TOKENS)
+    per_shape = jit_s / shapes
+    order = (*reversed(PIECEWISE_TOKENS), PIECEWISE_TOKENS[0])  # tqdm's last line: 100%
+    for done, tokens in enumerate(order):
+        pct = done * 100 // shapes
+        bar = ("█" * (pct // 10)).ljust(10)
+        elapsed = done * per_shape
+        log.raw(
+            f"Compiling num tokens (num_tokens={tokens}): {pct:3d}%|{bar}| {done}/{shapes} "
+            f"[{int(elapsed) // 60:02d}:{int(elapsed) % 60:02d}<00:00, {per_shape:.2f}s/it]",
+            end="\r",
+        )
+        if done < shapes:
+            await asyncio.sleep(per_shape)
+    log.raw("")
+    log.line(f"Compiling a graph for dynamic shape takes {per_shape:.2f} s", 0)
+    try:
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        write_file_atomically(marker, json.dumps(kernel_key(args), sort_keys=True) + "\n")
+    except OSError:
+        pass  # a cache folder it cannot write: every start compiles, as sglang's would
+
+
 async def main_async(args) -> None:
     ranks = int(args.mode.get("ranks", "2"))
     log = Log(ranks)
-    server = Server(args, log)
+    counts_starts = "seed" in args.mode and (
+        "start-effect" in args.mode or "run-noise" in args.mode
+    )
+    server = Server(args, log, next_start_index(cache_dir()) if counts_starts else 0)
     rank_child = spawn_rank_process("ignore-sigterm" in args.mode)
     if "linger-output" in args.mode:
         linger = float(args.mode["linger-output"])
