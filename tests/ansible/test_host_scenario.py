@@ -36,7 +36,7 @@ def test_molecule_host_scenario():
             "Check the switch (one pin, every package on 610, the loaded 595 a reboot reason)",
             "Check live changes through pct set, the file for a stopped container, no restart",
             "Check the refusal (first task, both fixes, the file left alone)",
-            "Check the Secure Boot refusal (first task, its procedure, nothing changed before it)",
+            "Check the Secure Boot refusal (first task, its procedure, /etc/apt byte for byte)",
             "Check the upgrade (the exact pin moved, the old module a reboot reason)",
             "Check that state absent gave the config back as it was (uvm and caps allow lines too)",
         ),

@@ -1,7 +1,7 @@
 #!/bin/sh
 # STAND-IN for nvidia-smi @VERSION@ (glm5svc Molecule tests only): fixed output for 8 GPUs.
 # Like the real one, its first call "loads the kernel module": the loaded version is kept in
-# /run/glm5-stand-in/nvidia-loaded (gone at a reboot), so after a package upgrade it reports
+# /run/glm5-stand-in/nvidia-loaded and sys-module/nvidia/version (gone at a reboot), so after a package upgrade it reports
 # the old version until the next boot; with /etc/glm5-stand-in/secure-boot saying "on" the
 # unsigned module does not load and it fails as the real one does. GPUs come from
 # /etc/glm5-stand-in/nvidia-gpus/<bus id>/information ("Device Minor:"), laid out like
@@ -12,12 +12,22 @@ echo "nvidia-smi $*" >> /var/log/glm5-stand-in/calls.log
 loaded=/run/glm5-stand-in/nvidia-loaded
 gpus=/etc/glm5-stand-in/nvidia-gpus
 if [ ! -s $loaded ]; then
+  # A GPU bound to nouveau (the stand-in sysfs in /run, gone at a reboot): the module cannot
+  # take it, as on a fresh host.
+  if ls /run/glm5-stand-in/sys-bus-pci-drivers-nouveau 2>/dev/null | grep -q ':'; then
+    echo "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver." \
+      "Make sure that the latest NVIDIA driver is installed and running." >&2
+    exit 9
+  fi
   if [ "$(cat /etc/glm5-stand-in/secure-boot 2>/dev/null)" = on ]; then
     echo "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver." \
       "Make sure that the latest NVIDIA driver is installed and running." >&2
     exit 9
   fi
   echo "@VERSION@" > $loaded
+  # The loaded module's own version, as /sys/module/nvidia/version shows it.
+  mkdir -p /run/glm5-stand-in/sys-module/nvidia
+  echo "@VERSION@" > /run/glm5-stand-in/sys-module/nvidia/version
   # The loaded module shows its GPUs in procfs (here identity minors unless a test laid
   # out others before).
   if [ ! -d $gpus ]; then
