@@ -4,21 +4,6 @@
 
 from __future__ import annotations
 
-import os
-import re
-import tempfile
-
-from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.glm5_apt_sources import (
-    debian_entries,
-    read_entries,
-    render_component,
-    render_sources,
-    same_url,
-)
-from ansible.module_utils.glm5_openpgp import KeyProblem, key_fingerprints, normal_fingerprint
-from ansible.module_utils.urls import open_url
-
 DOCUMENTATION = r"""
 ---
 module: glm5_apt_signed_source
@@ -33,7 +18,7 @@ description:
   - Otherwise it installs the key (downloaded from C(key_url) or given as C(key_content)) only when
     the key's OpenPGP fingerprint is one of C(fingerprints), and writes a deb822 sources file with
     C(Signed-By) that key.
-  - Optionally makes sure Debian's own archive offers a component (C(contrib)): when no Debian
+  - Optionally makes sure Debian's own archive offers a component (C(contrib)); when no Debian
     entry for the release lists it, a sources file with that component beside it is written;
     without any Debian entry for the release, it only says so (C(component_note)).
   - Supports check mode (reports what it would change) and diff.
@@ -83,7 +68,23 @@ options:
     description: Where apt's configuration lives (tests point it at a made-up tree).
     type: path
     default: /etc/apt
-supports_check_mode: true
+author: glm5svc contributors (@glm5svc)
+attributes:
+  check_mode:
+    description: Runs in check mode and reports what it would change.
+    support: full
+"""
+
+EXAMPLES = r"""
+- name: NVIDIA's CUDA repository for Debian 13, its key checked by fingerprint
+  glm5_apt_signed_source:
+    url: https://developer.download.nvidia.com/compute/cuda/repos/debian13/x86_64/
+    key_url: https://developer.download.nvidia.com/compute/cuda/repos/debian13/x86_64/8793F200.pub
+    fingerprints: [02182E60104FCDC26EAE1B8597A5D4CB8793F200]
+    keyring: /etc/apt/keyrings/nvidia-cuda.asc
+    sources_file: /etc/apt/sources.list.d/nvidia-cuda.sources
+    debian_component: contrib
+    debian_release: trixie
 """
 
 RETURN = r"""
@@ -108,6 +109,21 @@ component_note:
   returned: always
   type: str
 """
+
+import os
+import re
+import tempfile
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.glm5_apt_sources import (
+    debian_entries,
+    read_entries,
+    render_component,
+    render_sources,
+    same_url,
+)
+from ansible.module_utils.glm5_openpgp import KeyProblem, key_fingerprints, normal_fingerprint
+from ansible.module_utils.urls import open_url
 
 
 def _read(path: str) -> bytes | None:
@@ -157,7 +173,7 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "url": {"type": "str", "required": True},
-            "key_url": {"type": "str", "default": ""},
+            "key_url": {"type": "str", "default": "", "no_log": False},
             "key_content": {"type": "str", "default": "", "no_log": False},
             "fingerprints": {"type": "list", "elements": "str", "required": True},
             "keyring": {"type": "path", "required": True},

@@ -4,9 +4,6 @@
 
 from __future__ import annotations
 
-from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.gpu_numa import read_placement  # glm5svc/hostfacts/gpu_numa.py
-
 DOCUMENTATION = r"""
 ---
 module: glm5_gpu_numa_facts
@@ -28,7 +25,21 @@ options:
     type: list
     elements: str
     default: []
-supports_check_mode: true
+author: glm5svc contributors (@glm5svc)
+attributes:
+  check_mode:
+    description: Runs in check mode and reports what it would change.
+    support: full
+"""
+
+EXAMPLES = r"""
+- name: Find the GPUs' NUMA nodes
+  glm5_gpu_numa_facts:
+  register: numa
+
+- name: Show the cpuset for the container
+  ansible.builtin.debug:
+    msg: "{{ numa.cpuset_cpus }} on nodes {{ numa.cpuset_mems }}"
 """
 
 RETURN = r"""
@@ -57,6 +68,9 @@ reason:
   returned: always
   type: str
 """
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.gpu_numa import read_placement  # glm5svc/hostfacts/gpu_numa.py
 
 
 def main() -> None:

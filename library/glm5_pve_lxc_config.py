@@ -8,14 +8,6 @@ point, limits, cpuset, cores/memory/swap).
 
 from __future__ import annotations
 
-import contextlib
-import os
-import re
-from typing import NamedTuple
-
-from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.glm5_pve_files import config_lock, config_lock_path, write_like_proxmox
-
 DOCUMENTATION = r"""
 ---
 module: glm5_pve_lxc_config
@@ -28,7 +20,7 @@ description:
     (C(flock), as C(PVE::LXC::Config::lock_config) does; waits up to O(lock_timeout) seconds),
     and refuses a container whose current config has a C(lock:) line (backup, snapshot,
     migration in progress).
-  - Writes like Proxmox (C(PVE::Tools::file_set_contents)): a C(<file>.tmp.<pid>) renamed over
+  - Writes like Proxmox (C(PVE::Tools::file_set_contents)), a C(<file>.tmp.<pid>) renamed over
     the config, never a chmod (pmxcfs keeps its own modes).
   - Owns only the lines it is told about (NVIDIA device lines unless O(gpu_lines=false); keys in
     O(owned_raw_keys); mount points and mount entries whose container path is in
@@ -45,7 +37,7 @@ options:
     elements: str
     default: []
   raw:
-    description: Raw lines to have, in order, each C(key: value).
+    description: "Raw lines to have, in order, each C(key: value)."
     type: list
     elements: str
     default: []
@@ -75,7 +67,7 @@ options:
     elements: str
     default: []
   options:
-    description: Plain keys to set in place (C(null) leaves a key alone), e.g. C({cores: 32}).
+    description: "Plain keys to set in place (C(null) leaves a key alone), e.g. C({cores: 32})."
     type: dict
     default: {}
   lock_dir:
@@ -91,7 +83,11 @@ options:
     type: str
     choices: [present, absent]
     default: present
-supports_check_mode: true
+author: glm5svc contributors (@glm5svc)
+attributes:
+  check_mode:
+    description: Runs in check mode and reports what it would change.
+    support: full
 """
 
 EXAMPLES = r"""
@@ -111,6 +107,14 @@ mount_points:
   returned: always
   type: list
 """
+
+import contextlib
+import os
+import re
+from typing import NamedTuple
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.glm5_pve_files import config_lock, config_lock_path, write_like_proxmox
 
 SECTION = re.compile(r"^\[[^\]]+\]\s*$")
 LINE = re.compile(r"^(?P<key>[A-Za-z0-9_.\-]+)\s*:\s*(?P<value>.*?)\s*$")
@@ -326,7 +330,7 @@ def main() -> None:
             "raw": {"type": "list", "elements": "str", "default": []},
             "owned_majors": {"type": "list", "elements": "int", "default": []},
             "gpu_lines": {"type": "bool", "default": True},
-            "owned_raw_keys": {"type": "list", "elements": "str", "default": []},
+            "owned_raw_keys": {"type": "list", "elements": "str", "default": [], "no_log": False},
             "owned_mount_targets": {"type": "list", "elements": "str", "default": []},
             "mount_points": {"type": "list", "elements": "str", "default": []},
             "options": {"type": "dict", "default": {}},

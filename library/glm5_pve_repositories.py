@@ -4,13 +4,6 @@
 
 from __future__ import annotations
 
-import os
-import re
-import subprocess
-import tempfile
-
-from ansible.module_utils.basic import AnsibleModule
-
 DOCUMENTATION = r"""
 ---
 module: glm5_pve_repositories
@@ -20,9 +13,10 @@ description:
     C(/etc/apt/sources.list.d/*.list|*.sources) whose URI is on C(enterprise.proxmox.com) (a fresh
     Proxmox VE 8 has C(pve-enterprise.list) and C(ceph.list), Proxmox VE 9
     C(pve-enterprise.sources) and C(ceph.sources)).
-  - With an active subscription (C(pvesubscription get) says C(status: active)) it changes nothing.
+  - With an active subscription (C(pvesubscription get) says C(status) C(active)) it changes
+    nothing.
   - Without one, apt answers 401 for those entries and every C(apt update) fails. With
-    C(no_subscription=true) each enterprise entry is disabled (deb822 C(Enabled: no); a one-line
+    C(no_subscription=true) each enterprise entry is disabled (deb822 C(Enabled) C(no); a one-line
     entry is commented out, as Proxmox's admin guide says) and the matching no-subscription entry
     is written (C(pve-enterprise) -> C(pve-no-subscription), ceph C(enterprise) ->
     C(no-subscription), on C(download.proxmox.com), same suite and Signed-By). Otherwise it
@@ -53,12 +47,22 @@ options:
     description: Where apt's configuration lives (tests point it at a made-up tree).
     type: path
     default: /etc/apt
-supports_check_mode: true
+author: glm5svc contributors (@glm5svc)
+attributes:
+  check_mode:
+    description: Runs in check mode and reports what it would change.
+    support: full
+"""
+
+EXAMPLES = r"""
+- name: Switch Proxmox's enterprise repositories to no-subscription when there is no subscription
+  glm5_pve_repositories:
+    no_subscription: true
 """
 
 RETURN = r"""
 enterprise:
-  description: The enabled enterprise entries found, as C(file: uri suite components).
+  description: "The enabled enterprise entries found, as C(file: uri suite components)."
   returned: always
   type: list
 subscription:
@@ -70,6 +74,13 @@ disabled:
   returned: always
   type: list
 """
+
+import os
+import re
+import subprocess
+import tempfile
+
+from ansible.module_utils.basic import AnsibleModule
 
 ENTERPRISE = "https://enterprise.proxmox.com/debian"
 OWN_HEADER = "# Managed by Ansible (glm5_pve_repositories): "

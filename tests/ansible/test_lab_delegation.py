@@ -69,7 +69,9 @@ def run_probe(tmp_path: Path, *inventories: str) -> tuple[subprocess.CompletedPr
         HOME=str(tmp_path),
         ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
         ANSIBLE_COLLECTIONS_PATH=str(REPO / ".cache" / "ansible_collections"),
-        ANSIBLE_CONNECTION_PLUGINS=f"{REPO / 'lab' / 'connection_plugins'}:{REPO / 'connection_plugins'}",
+        ANSIBLE_CONNECTION_PLUGINS=os.pathsep.join(
+            str(REPO / d) for d in ("lab/connection_plugins", "connection_plugins")
+        ),
     )
     sources = [arg for name in inventories for arg in ("-i", str(REPO / name))]
     done = subprocess.run(

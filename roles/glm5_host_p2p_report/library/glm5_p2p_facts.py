@@ -4,15 +4,6 @@
 
 from __future__ import annotations
 
-import os
-import re
-import shutil
-
-from ansible.module_utils.basic import AnsibleModule
-
-# glm5svc/hostfacts/nvidia_topo.py: the parser glm5svc's preflight uses in the container.
-from ansible.module_utils.nvidia_topo import TopologyError, parse_gpu_matrix
-
 DOCUMENTATION = r"""
 ---
 module: glm5_p2p_facts
@@ -32,7 +23,21 @@ options:
     description: Where sysfs is mounted (tests point it at a made-up tree).
     type: path
     default: /sys
-supports_check_mode: true
+author: glm5svc contributors (@glm5svc)
+attributes:
+  check_mode:
+    description: Runs in check mode and reports what it would change.
+    support: full
+"""
+
+EXAMPLES = r"""
+- name: Read the P2P-relevant state of the host
+  glm5_p2p_facts:
+  register: p2p
+
+- name: Show the findings
+  ansible.builtin.debug:
+    msg: "{{ p2p.findings | map(attribute='problem') | list }}"
 """
 
 RETURN = r"""
@@ -69,10 +74,19 @@ cross_socket_pairs:
   returned: always
   type: list
 p2p_not_ok_pairs:
-  description: GPU pairs whose P2P read is not OK, with the status (e.g. C({GPU0-GPU4: NS})).
+  description: GPU pairs whose P2P read is not OK, with the status (e.g. C(GPU0-GPU4) with C(NS)).
   returned: always
   type: dict
 """
+
+import os
+import re
+import shutil
+
+from ansible.module_utils.basic import AnsibleModule
+
+# glm5svc/hostfacts/nvidia_topo.py: the parser glm5svc's preflight uses in the container.
+from ansible.module_utils.nvidia_topo import TopologyError, parse_gpu_matrix
 
 IOMMU_ON = re.compile(r"\b(intel_iommu|amd_iommu)=on\b")
 DEVICE_HEADER = re.compile(r"^([0-9a-f]{4}:)?[0-9a-f]{2}:[0-9a-f]{2}\.[0-7] ")
