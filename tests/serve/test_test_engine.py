@@ -97,10 +97,9 @@ def test_streams_like_sglang_for_many_concurrent_requests(engine):
 
     results, metrics, models, info = asyncio.run(run())
     assert all(done and tokens == 16 and text for text, tokens, done in results)
-    assert 'sglang:generation_tokens_total{model_name="/models/x"} ' in metrics
-    generated = float(
-        metrics.split('sglang:generation_tokens_total{model_name="/models/x"} ')[1].split()[0]
-    )
+    sample = 'sglang:generation_tokens_total{engine_type="unified",model_name="/models/x"} '
+    assert sample in metrics
+    generated = float(metrics.split(sample)[1].split()[0])
     assert generated >= 200 * 16
     assert models["data"][0]["id"] == "/models/x"
     assert info["tp_size"] == 8 and info["max_running_requests"] == 64
