@@ -115,6 +115,11 @@ class ServerSection(Section):
     """Names in server.env whose values are secret: redacted from logs, never shown in /status."""
     cuda_home: Path | None = None
     """The CUDA toolkit for the server; null: the profile's (cu128: /usr/local/cuda-12.8)."""
+    cache_dir: Path | None = None
+    """The engine's home and compile caches (FlashInfer's JIT and MoE autotune results, torch
+    compile, DeepGEMM, Triton), shared by glm5.service and tune's trials so that a second
+    start skips the compiling; null: ~/.cache/glm5 of the user who runs glm5svc (the
+    glm5_service role sets /var/cache/glm5)."""
     enable_metrics: bool = True
     """sglang's /metrics: the progress counters honest health checks read."""
     log_level: Literal["debug", "info", "warning", "error"] = "info"

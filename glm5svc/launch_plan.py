@@ -47,6 +47,8 @@ SECRET_PLACEHOLDER = "<secret>"
 DEFAULT_SECRETS_FILE = Path("/run/glm5/sglang-secrets.yaml")
 # systemd sets $RUNTIME_DIRECTORY for RuntimeDirectory=glm5 (/run/glm5); tests point it elsewhere.
 RUNTIME_DIRECTORY_ENV = "RUNTIME_DIRECTORY"
+# Read by the patch flashinfer-autotune-cache (glm5svc/data/patches) inside sglang.
+AUTOTUNE_DIR_ENV = "GLM5SVC_FLASHINFER_AUTOTUNE_DIR"
 
 
 def secrets_file_path() -> Path:
@@ -278,7 +280,35 @@ def _environment(config: Config, gpus: GpuFacts, profile: StackProfile) -> list[
     if config.gpus.visible_devices is not None:
         devices = ",".join(map(str, config.gpus.visible_devices))
         entries.append(_env("CUDA_VISIBLE_DEVICES", devices, "gpus.visible_devices"))
-    return entries
+    return entries + _cache_environment(config)
+
+
+def cache_dir(config: Config) -> Path:
+    """Where the engine's home and compile caches live (server.cache_dir)."""
+    return config.server.cache_dir or Path.home() / ".cache" / "glm5"
+
+
+def _cache_environment(config: Config) -> list[PlanEntry]:
+    """One home and one set of cache folders for every start, glm5.service's and tune's
+    trials' alike: what one start compiles or profiles, the next one loads."""
+    root = cache_dir(config)
+    source = "server.cache_dir" if config.server.cache_dir else "server.cache_dir unset"
+    shared = f"in {root} ({source}), shared by glm5.service and tune's trials"
+    rows = [
+        ("HOME", root / "home", "caches that follow the home folder (sglang's ~/.cache/sglang, "
+         "Triton's ~/.triton)"),
+        ("XDG_CACHE_HOME", root, "caches that follow XDG's cache folder"),
+        ("FLASHINFER_WORKSPACE_BASE", root / "flashinfer",
+         "FlashInfer's JIT-compiled kernels (under .cache/flashinfer)"),
+        ("SGLANG_CACHE_DIR", root / "sglang",
+         "sglang's torch compile cache (piecewise CUDA graphs; 0.5.12+: its autotune file)"),
+        ("SGLANG_DG_CACHE_DIR", root / "deep_gemm", "DeepGEMM's JIT-compiled kernels"),
+        ("TRITON_CACHE_DIR", root / "triton", "Triton's compiled kernels"),
+        (AUTOTUNE_DIR_ENV, root / "flashinfer-autotune",
+         "FlashInfer's MoE autotune results, one file per GPU, FlashInfer version, MoE backend, "
+         "start cap and rank (patch flashinfer-autotune-cache reads it)"),
+    ]  # fmt: skip
+    return [_env(name, str(path), f"{why}, {shared}") for name, path, why in rows]
 
 
 def _server_flags(config: Config, gpus: GpuFacts, plan: LaunchPlan) -> list[PlanEntry]:
@@ -324,6 +354,15 @@ def _server_flags(config: Config, gpus: GpuFacts, plan: LaunchPlan) -> list[Plan
         ),
         _flag("--log-level", config.server.log_level, "server.log_level"),
     ]
+    entries.append(
+        _flag(
+            "--skip-server-warmup",
+            None,
+            "READY waits for glm5svc's own generation check, one real generation through the "
+            "same path, so sglang's warm-up request only delays the start (20 s of a 106 s "
+            "start on the H200)",
+        )
+    )
     if config.server.enable_metrics:
         entries.append(
             _flag(

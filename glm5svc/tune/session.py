@@ -230,4 +230,3 @@ def _wait_for_free_gpus(should_stop: Callable[[], bool]) -> str | None:
 
 def _jsonable(values: dict[str, Any]) -> dict[str, Any]:
     return json.loads(json.dumps(values, default=str))
-

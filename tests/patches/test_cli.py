@@ -36,12 +36,12 @@ def test_status_apply_reapply_revert_json(make_site, capsys):
     code, data = run_json(capsys, "status", "--site-packages", site)
     assert code == 0 and data["ok"] and data["changed"] is False
     assert data["sglang"]["version"] == "0.5.10.post1"
-    assert [p["verdict"] for p in data["patches"]] == ["not_applied", "not_applied"]
+    assert [p["verdict"] for p in data["patches"]] == ["not_applied"] * 3
     assert data["radix_cache_safe"] is False
 
     code, data = run_json(capsys, "apply", "--site-packages", site)
     assert code == 0 and data["changed"] is True
-    assert [p["action"] for p in data["patches"]] == ["applied", "applied"]
+    assert [p["action"] for p in data["patches"]] == ["applied"] * 3
     assert data["radix_cache_safe"] is True
 
     code, data = run_json(capsys, "apply", "--site-packages", site)
@@ -51,7 +51,7 @@ def test_status_apply_reapply_revert_json(make_site, capsys):
     assert code == 0 and data["changed"] is True
     assert [p["id"] for p in data["patches"]] == ["nsa-fp8-mha-prefix"]
     code, data = run_json(capsys, "status", "--site-packages", site)
-    assert [p["verdict"] for p in data["patches"]] == ["applied", "not_applied"]
+    assert [p["verdict"] for p in data["patches"]] == ["applied", "applied", "not_applied"]
 
 
 def test_status_check_exits_5_when_a_required_patch_is_missing(make_site, capsys):
@@ -74,6 +74,7 @@ def test_unknown_source_exits_3_and_writes_nothing(make_site, capsys):
     assert "refusing" in data["error"] and "0.5.12.post1" in data["error"]
     verdicts = {p["id"]: p["verdict"] for p in data["patches"]}
     assert verdicts == {
+        "flashinfer-autotune-cache": "fixed_upstream",
         "flashinfer-cutlass-autotune": "unknown_source",
         "nsa-fp8-mha-prefix": "not_applied",
     }
@@ -86,7 +87,10 @@ def test_errors_and_usage(make_site, tmp_path, capsys):
     code, data = run_json(capsys, "status", "--site-packages", str(tmp_path / "nowhere"))
     assert code == 1 and data["ok"] is False and "no sglang" in data["error"]
     code, data = run_json(capsys, "apply", "no-such-patch", "--site-packages", site)
-    assert code == 2 and "known patches: flashinfer-cutlass-autotune" in data["error"]
+    assert (
+        code == 2
+        and "known patches: flashinfer-autotune-cache, flashinfer-cutlass" in data["error"]
+    )
     code, data = run_json(capsys, "status", "--python", str(tmp_path / "python"))
     assert code == 1 and "no Python interpreter" in data["error"]
 

@@ -111,7 +111,11 @@ def test_lock_file_holds_the_wheels_own_pins(name):
 
 
 def test_patch_data_loads_and_rejects_overlapping_texts(tmp_path):
-    assert [p.id for p in load_patches()] == ["flashinfer-cutlass-autotune", "nsa-fp8-mha-prefix"]
+    assert [p.id for p in load_patches()] == [
+        "flashinfer-autotune-cache",
+        "flashinfer-cutlass-autotune",
+        "nsa-fp8-mha-prefix",
+    ]
     data = yaml.safe_load(
         (
             Path(__file__).parents[2] / "glm5svc/data/patches" / "flashinfer-cutlass-autotune.yaml"

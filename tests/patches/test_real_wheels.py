@@ -25,18 +25,23 @@ from .conftest import sglang_wheel, snapshot
 pytestmark = pytest.mark.slow
 
 AUTOTUNE, NSA = "flashinfer-cutlass-autotune", "nsa-fp8-mha-prefix"
+CACHE = "flashinfer-autotune-cache"
 N, A, U, X = Verdict.NOT_APPLIED, Verdict.NOT_APPLICABLE, Verdict.FIXED_UPSTREAM, None
 
 # version: {patch: (verdict, variant)}
 EXPECTED = {
-    "0.5.6": {AUTOTUNE: (A, None), NSA: (A, None)},
-    "0.5.7": {AUTOTUNE: (N, "model-runner-list"), NSA: (A, None)},
-    "0.5.9": {AUTOTUNE: (N, "model-runner-list"), NSA: (N, "nsa")},
-    "0.5.10.post1": {AUTOTUNE: (N, "model-runner-list"), NSA: (N, "nsa")},
-    "0.5.11": {AUTOTUNE: (N, "model-runner-list"), NSA: (N, "nsa")},
-    "0.5.12.post1": {AUTOTUNE: (N, "model-runner-list"), NSA: (N, "nsa")},
-    "0.5.13": {AUTOTUNE: (U, None), NSA: (N, "dsa")},
-    "0.5.23": {AUTOTUNE: (U, None), NSA: (N, "dsa-exec")},
+    "0.5.6": {CACHE: (A, None), AUTOTUNE: (A, None), NSA: (A, None)},
+    "0.5.7": {CACHE: (A, None), AUTOTUNE: (N, "model-runner-list"), NSA: (A, None)},
+    "0.5.9": {CACHE: (N, "model-runner"), AUTOTUNE: (N, "model-runner-list"), NSA: (N, "nsa")},
+    "0.5.10.post1": {
+        CACHE: (N, "model-runner"),
+        AUTOTUNE: (N, "model-runner-list"),
+        NSA: (N, "nsa"),
+    },
+    "0.5.11": {CACHE: (N, "model-runner"), AUTOTUNE: (N, "model-runner-list"), NSA: (N, "nsa")},
+    "0.5.12.post1": {CACHE: (U, None), AUTOTUNE: (N, "model-runner-list"), NSA: (N, "nsa")},
+    "0.5.13": {CACHE: (U, None), AUTOTUNE: (U, None), NSA: (N, "dsa")},
+    "0.5.23": {CACHE: (U, None), AUTOTUNE: (U, None), NSA: (N, "dsa-exec")},
 }
 PATCHABLE = ["0.5.7", "0.5.9", "0.5.10.post1", "0.5.11", "0.5.12.post1", "0.5.13", "0.5.23"]
 

@@ -51,7 +51,8 @@ def test_reference_launch():
     assert "--disable-radix-cache" in flags
     assert "--enable-flashinfer-allreduce-fusion" not in flags
     assert "--num-continuous-decode-steps" not in flags
-    assert plan.env == {
+    caches = {k: v for k, v in plan.env.items() if k in CACHE_VARIABLES}
+    assert {k: v for k, v in plan.env.items() if k not in caches} == {
         "PYTHONUNBUFFERED": "1",
         "NCCL_IB_DISABLE": "1",
         "NCCL_P2P_LEVEL": "SYS",
@@ -60,8 +61,29 @@ def test_reference_launch():
         "SAFETENSORS_FAST_GPU": "1",
         "CUDA_HOME": "/usr/local/cuda-12.8",
     }
+    assert set(caches) == set(CACHE_VARIABLES)
+    assert "--skip-server-warmup" in flags
     # The defaults listen on 0.0.0.0 without a key: said loudly, once.
     assert len(plan.warnings) == 1 and "with no API key" in plan.warnings[0]
+
+
+CACHE_VARIABLES = ("HOME", "XDG_CACHE_HOME", "FLASHINFER_WORKSPACE_BASE", "SGLANG_CACHE_DIR",
+                   "SGLANG_DG_CACHE_DIR", "TRITON_CACHE_DIR",
+                   "GLM5SVC_FLASHINFER_AUTOTUNE_DIR")  # fmt: skip
+
+
+def test_the_caches_are_one_folder_for_every_start(tmp_path):
+    """glm5.service and every tune trial read one configuration key, so they share the
+    compile caches and FlashInfer's autotune results; unset: the user's own folder."""
+    plan = plan_for({"server": {"cache_dir": str(tmp_path / "c")}})
+    assert plan.env["SGLANG_CACHE_DIR"] == str(tmp_path / "c" / "sglang")
+    assert plan.env["SGLANG_DG_CACHE_DIR"] == str(tmp_path / "c" / "deep_gemm")
+    assert plan.env["HOME"] == str(tmp_path / "c" / "home")
+    assert plan.env["GLM5SVC_FLASHINFER_AUTOTUNE_DIR"].startswith(str(tmp_path / "c"))
+    assert all(plan.env[name].startswith(str(tmp_path / "c")) for name in CACHE_VARIABLES)
+    default = plan_for()
+    assert default.env["XDG_CACHE_HOME"].endswith("/.cache/glm5")
+    assert "server.cache_dir unset" in next(e.reason for e in default.entries if e.name == "HOME")
 
 
 def test_every_entry_has_a_reason():
