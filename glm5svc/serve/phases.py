@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
 
 
@@ -145,3 +146,87 @@ def later_startup_phase(current: Phase, candidate: Phase) -> bool:
     if current not in STARTUP_ORDER or candidate not in STARTUP_ORDER:
         return False
     return STARTUP_ORDER.index(candidate) > STARTUP_ORDER.index(current)
+
+
+# A start broken down from the engine's log (sglang 0.5.11's lines, recorded on the H200 in
+# tests/fixtures/real_engine/): its timestamps are whole seconds, so the steps that log their
+# own elapsed time (weights, graphs) are read from that; autotune from its two lines.
+_STAMP = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)[^\]]*\]")
+_WEIGHTS_END = re.compile(r"Load weight end\. elapsed=(\d+(?:\.\d+)?) s")
+_GRAPHS_END = re.compile(r"Capture (piecewise )?cuda graph end\. Time elapsed: (\d+(?:\.\d+)?) s",
+                         re.IGNORECASE)  # fmt: skip
+_AUTOTUNE_BEGIN = re.compile(r"Running FlashInfer autotune")
+_AUTOTUNE_END = re.compile(r"FlashInfer autotune completed")
+_SERVE_READY = re.compile(r"^glm5svc: ready after (\d+(?:\.\d+)?) s")
+
+
+@dataclass(frozen=True)
+class StartBreakdown:
+    """Where one start's time went, in seconds (None: the log did not say)."""
+
+    weights_s: float | None = None  # weights loaded (the slowest rank)
+    autotune_s: float | None = None  # FlashInfer's MoE autotune
+    graphs_s: float | None = None  # CUDA graphs captured, piecewise and decode
+    fired_up_s: float | None = None  # the engine's first log line to "fired up"
+    ready_s: float | None = None  # serve started to READY (its own line)
+
+    def to_dict(self) -> dict[str, float | None]:
+        return dict(self.__dict__)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> StartBreakdown:
+        return cls(**{k: data.get(k) for k in cls.__dataclass_fields__})
+
+    def describe(self) -> str:
+        parts = [
+            f"{label} {value:.1f} s"
+            for label, value in (
+                ("weights", self.weights_s),
+                ("autotune", self.autotune_s),
+                ("graphs", self.graphs_s),
+                ("fired up at", self.fired_up_s),
+                ("READY at", self.ready_s),
+            )
+            if value is not None
+        ]
+        return ", ".join(parts) or "no start lines in the log"
+
+
+def start_breakdown(lines: list[str]) -> StartBreakdown:
+    def stamp(text: str) -> float | None:
+        match = _STAMP.match(text)
+        if not match:
+            return None
+        return datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S").timestamp()
+
+    first = autotune_begin = autotune_end = fired = None
+    weights: list[float] = []
+    graphs: dict[str, float] = {}
+    ready = None
+    for line in lines:
+        at = stamp(line)
+        if at is not None and first is None:
+            first = at
+        if found := _WEIGHTS_END.search(line):
+            weights.append(float(found.group(1)))
+        elif found := _GRAPHS_END.search(line):
+            kind = "piecewise" if found.group(1) else "decode"
+            graphs[kind] = max(graphs.get(kind, 0.0), float(found.group(2)))
+        elif _AUTOTUNE_BEGIN.search(line) and autotune_begin is None:
+            autotune_begin = at
+        elif _AUTOTUNE_END.search(line):
+            autotune_end = at
+        elif FIRED_UP.search(line) and fired is None:
+            fired = at
+        elif found := _SERVE_READY.match(line):
+            ready = float(found.group(1))
+    autotune = None
+    if autotune_begin is not None and autotune_end is not None:
+        autotune = max(0.0, autotune_end - autotune_begin)
+    return StartBreakdown(
+        weights_s=max(weights) if weights else None,
+        autotune_s=autotune,
+        graphs_s=round(sum(graphs.values()), 2) if graphs else None,
+        fired_up_s=fired - first if fired is not None and first is not None else None,
+        ready_s=ready,
+    )
