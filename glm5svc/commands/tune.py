@@ -11,7 +11,6 @@ an Ansible host_vars snippet, a plot and a bench baseline. docs/tuning.md explai
 
 from __future__ import annotations
 
-import json
 import signal
 import sys
 import threading
@@ -19,12 +18,13 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from glm5svc.cli_options import add_model_options, model_values
-from glm5svc.errors import ConfigError, Glm5Error
+from glm5svc.cli_options import Range, add_model_options, add_number, model_values
+from glm5svc.errors import ConfigError
 from glm5svc.json_output import emit
 from glm5svc.tune.settings import LIMITS, SEARCH, WORKLOAD, SearchSettings, WorkloadOptions
 
 EXIT_INTERRUPTED = 130
+EXIT_NOTHING_MEASURED = 1
 
 
 def register(subparsers):
@@ -51,6 +51,15 @@ def register(subparsers):
     groups[SEARCH].add_argument(
         "--space", help="search space file (default: glm5svc's, per target)"
     )
+    plan = run.add_argument_group("the plan (printed first by every run)")
+    plan.add_argument(
+        "--plan",
+        action="store_true",
+        help="print the estimate of the tune's length and what the budget allows, then exit",
+    )
+    add_number(plan, "--disk-read-gbps", range=Range(0, True, 1000), metavar="GB/S",
+               help="the disk's read speed for the estimate (default: measured with a short "
+               "read of the model's largest shard)")  # fmt: skip
     where = run.add_argument_group("where and how")
     where.add_argument("--run-dir", help="the run directory (default: results_dir/tune/<time>)")
     where.add_argument("--resume", metavar="RUN_DIR", help="continue a stopped tune")
@@ -68,6 +77,12 @@ def register(subparsers):
     )
     apply.add_argument("run_dir", metavar="RUN_DIR", help="the tune's run directory")
     apply.add_argument("--no-restart", action="store_true", help="do not restart glm5.service")
+    apply.add_argument(
+        "--force",
+        action="store_true",
+        help="apply a tune measured on other GPUs, another model or another sglang than this "
+        "configuration's",
+    )
     apply.add_argument("--json", action="store_true", help="print the result as JSON")
     apply.set_defaults(func=run_apply)
 
@@ -111,14 +126,17 @@ def _request(args):
         run_dir=Path(args.run_dir) if args.run_dir else None,
         resume=Path(args.resume) if args.resume else None,
         take_over=args.take_over,
+        disk_read_gbps=args.disk_read_gbps,
     )
 
 
 def run_tune(args) -> int:
-    from glm5svc.tune.live import LiveTable
+    from glm5svc.tune.live import Progress
     from glm5svc.tune.session import Tune
 
     request = _request(args)
+    if args.plan:
+        return _print_plan(args, Tune(request))
     stop = threading.Event()
     received: list[int] = []
 
@@ -130,20 +148,47 @@ def run_tune(args) -> int:
         s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     }
     try:
-        with LiveTable(enabled=not args.json) as live:
-            tune = Tune(request, on_progress=live.update, should_stop=stop.is_set)
+        with Progress(live_table=sys.stderr.isatty() and not args.json) as progress:
+            tune = Tune(request, on_progress=progress.update, should_stop=stop.is_set)
             summary = tune.run()
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     if received:
         summary["interrupted_by"] = signal.Signals(received[0]).name
+    nothing = nothing_measured(summary)
+    if nothing:
+        summary["error"] = nothing
     if args.json:
-        emit(args.json_schema, summary, ok=not received)
+        emit(args.json_schema, summary, ok=not received and not nothing)
     else:
         _print_result(summary)
     if received:
         return 128 + received[0]
+    if nothing:
+        print(f"glm5svc: {nothing}", file=sys.stderr)
+        return EXIT_NOTHING_MEASURED
+    return 0
+
+
+def nothing_measured(summary: dict) -> str | None:
+    """Why a tune measured nothing (each trial's verdict), or None when one trial did."""
+    trials = summary.get("trials") or []
+    if any(t.get("throughput_mean") is not None for t in trials):
+        return None
+    if not trials:
+        return f"no trial measured anything: none ran ({summary.get('stopped_by')})"
+    reasons = "; ".join(f"trial {t['trial']}: {t.get('verdict') or t['status']}" for t in trials)
+    return f"no trial measured anything ({reasons})"
+
+
+def _print_plan(args, tune) -> int:
+    planned, notes = tune.plan()
+    if args.json:
+        emit(args.json_schema, {**planned.to_dict(), "inputs": notes})
+        return 0
+    for line in planned.lines() + [f"plan: {note}" for note in notes]:
+        print(line)
     return 0
 
 
@@ -172,7 +217,9 @@ def _print_result(summary: dict) -> None:
 def run_apply(args) -> int:
     from glm5svc.tune.apply import apply_tune
 
-    result = apply_tune(Path(args.run_dir), args.config, restart=not args.no_restart)
+    result = apply_tune(
+        Path(args.run_dir), args.config, restart=not args.no_restart, force=args.force
+    )
     if args.json:
         emit(args.json_schema, result)
     else:
@@ -182,16 +229,17 @@ def run_apply(args) -> int:
 
 
 def run_show(args) -> int:
-    from glm5svc.tune.outputs import SUMMARY_FILE, trials_markdown
+    from glm5svc.tune.outputs import read_summary, trials_markdown
 
-    path = Path(args.run_dir) / SUMMARY_FILE
-    try:
-        summary = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise Glm5Error(f"{path}: not a finished tune's summary ({exc})") from None
+    summary = read_summary(Path(args.run_dir))
     if args.json:
         emit(args.json_schema, summary)
-    else:
-        print(trials_markdown(summary.get("trials") or []))
+        return 0
+    if summary.get("running"):
+        print(f"running: {len(summary['trials'])} trial(s) so far (no summary yet)")
+    print(trials_markdown(summary.get("trials") or []))
+    for start in summary.get("starts") or []:
+        print(f"start of trial {start['trial']}: {start['text']}")
+    if not summary.get("running"):
         print(f"stopped: {summary.get('stopped_by')}")
     return 0

@@ -1,9 +1,18 @@
-"""The tune's live table on stderr: every trial so far, the one running, the best, the ETA."""
+"""The tune's progress on stderr and in the run's log (tune.log).
+
+On a terminal: a live table of every trial so far, the one running, the best and the ETA.
+Otherwise (nohup, systemd-run, a log file): one line at each phase change and at least
+every PROGRESS_EVERY_S seconds, so a redirected tune is never silent. tune.log gets the
+same lines either way.
+"""
 
 from __future__ import annotations
 
+import sys
+import threading
 import time
-from typing import Any
+from pathlib import Path
+from typing import Any, TextIO
 
 from rich.console import Console, Group
 from rich.live import Live
@@ -12,37 +21,73 @@ from rich.text import Text
 
 from glm5svc.tune.search import describe_candidate
 
+PROGRESS_EVERY_S = 30.0
+LOG_FILE = "tune.log"
 
-class LiveTable:
-    def __init__(self, enabled: bool):
-        self.enabled = enabled
+
+class Progress:
+    def __init__(self, live_table: bool, stream: TextIO | None = None,
+                 every_s: float = PROGRESS_EVERY_S):  # fmt: skip
+        self.live_table = live_table
+        self.stream = stream or sys.stderr
+        self.every_s = every_s
         self.search = None
         self.rows: dict[int, dict[str, Any]] = {}
+        self.current: int | None = None
         self.phase = "reading the host"
         self.started = time.monotonic()
         self.live: Live | None = None
         self.run_dir = ""
+        self.log: TextIO | None = None
+        self.pending: list[str] = []  # lines from before the run directory was known
+        self.last_line = time.monotonic()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._ticker = threading.Thread(target=self._tick, name="tune-progress", daemon=True)
 
-    def __enter__(self) -> LiveTable:
-        if self.enabled:
+    def __enter__(self) -> Progress:
+        if self.live_table:
             self.live = Live(
                 self._render(), console=Console(stderr=True), refresh_per_second=2, transient=False
             )
             self.live.start()
+        self._ticker.start()
         return self
 
     def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._ticker.join(5)
         if self.live is not None:
             self.live.update(self._render())
             self.live.stop()
+        if self.log is not None:
+            self.log.close()
+
+    # ----- events ------------------------------------------------------------------
 
     def update(self, event: str, data: dict[str, Any]) -> None:
-        if event == "begin":
+        with self._lock:
+            self._update(event, data)
+            if self.live is not None:
+                self.live.update(self._render())
+
+    def _update(self, event: str, data: dict[str, Any]) -> None:
+        if data.get("run_dir") and self.log is None:
+            self._open_log(Path(data["run_dir"]))
+        if event == "plan":
+            for line in data["lines"]:
+                self._say(line, echo=not self.live_table)
+            if self.live is not None:
+                for line in data["lines"]:
+                    self.live.console.print(line, highlight=False, markup=False)
+        elif event == "begin":
             self.search = data["search"]
             self.run_dir = data["run_dir"]
             for record in self.search.records:
                 self._record(record)
+            self._say(f"begin: {len(self.search.records)} trial(s) from before")
         elif event == "trial-start":
+            self.current = data["number"]
             self.rows[data["number"]] = {
                 "setting": self._describe(data["candidate"]),
                 "status": "starting",
@@ -50,19 +95,77 @@ class LiveTable:
                 "mean": "",
                 "verdict": "",
             }
+            self._say(self._status_line())
         elif event == "trial-phase":
             self.rows.setdefault(data["number"], {})["status"] = data["phase"]
+            self._say(self._status_line())
         elif event == "trial-run":
             samples = data["samples"]
             row = self.rows.setdefault(data["number"], {})
             row["runs"] = str(len(samples))
             row["mean"] = f"{sum(samples) / len(samples):,.0f}"
         elif event == "trial-end":
-            self._record(data["record"])
+            record = data["record"]
+            self._record(record)
+            self.current = None
+            self._say(f"trial {record.number} ended: {record.status}, {record.verdict}")
         elif event == "done":
             self.phase = f"done: {data.get('stopped_by')}"
-        if self.live is not None:
-            self.live.update(self._render())
+            self._say(self.phase)
+
+    def _tick(self) -> None:
+        while not self._stop.wait(1.0):
+            with self._lock:
+                if time.monotonic() - self.last_line >= self.every_s:
+                    self._say(self._status_line())
+
+    def _open_log(self, run_dir: Path) -> None:
+        try:
+            self.log = open(run_dir / LOG_FILE, "a", encoding="utf-8")  # noqa: SIM115
+        except OSError:
+            return
+        for line in self.pending:
+            self.log.write(line + "\n")
+        self.log.flush()
+        self.pending.clear()
+
+    def _say(self, text: str, echo: bool | None = None) -> None:
+        line = f"tune {_clock(time.monotonic() - self.started)} {text}"
+        self.last_line = time.monotonic()
+        if echo if echo is not None else not self.live_table:
+            print(line, file=self.stream, flush=True)
+        if self.log is not None:
+            self.log.write(line + "\n")
+            self.log.flush()
+        else:
+            self.pending.append(line)
+
+    def _status_line(self) -> str:
+        parts = []
+        if self.current is not None:
+            row = self.rows.get(self.current, {})
+            parts.append(f"trial {self.current} ({row.get('setting', '')}): "
+                         f"{row.get('status', '')}")  # fmt: skip
+            if row.get("runs"):
+                parts.append(f"{row['runs']} run(s), {row['mean']} tok/s")
+        else:
+            parts.append(self.phase)
+        best = getattr(self.search, "best", None)
+        if best is not None and best.samples:
+            parts.append(f"best: trial {best.number}, "
+                         f"{sum(best.samples) / len(best.samples):,.0f} tok/s")  # fmt: skip
+        parts.append(self._eta())
+        return "; ".join(p for p in parts if p)
+
+    def _eta(self) -> str:
+        if self.search is None:
+            return ""
+        eta = self.search.eta_s()
+        text = f"first pass left: {self.search.planned_left()} trial(s)"
+        text += f", ETA {_clock(eta)}" if eta is not None else ", ETA after the first trial"
+        return text + f"; budget left {_clock(max(0.0, self.search.time_left()))}"
+
+    # ----- the table ---------------------------------------------------------------
 
     def _describe(self, candidate) -> str:
         start = self.search.start if self.search else {}
@@ -92,13 +195,9 @@ class LiveTable:
                 row.get("mean", ""),
                 row.get("verdict", ""),
             )
-        elapsed = time.monotonic() - self.started
-        footer = f"elapsed {_clock(elapsed)}"
+        footer = f"elapsed {_clock(time.monotonic() - self.started)}"
         if self.search is not None:
-            eta = self.search.eta_s()
-            footer += f"; first pass left: {self.search.planned_left()} trial(s)"
-            footer += f", ETA {_clock(eta)}" if eta is not None else ", ETA after the first trial"
-            footer += f"; budget left {_clock(max(0.0, self.search.time_left()))}"
+            footer += "; " + self._eta()
         return Group(table, Text(footer))
 
 

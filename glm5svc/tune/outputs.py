@@ -14,6 +14,8 @@ import yaml
 
 from glm5svc.atomic_file import write_atomic
 from glm5svc.bench.results import SUMMARY_SCHEMA
+from glm5svc.errors import Glm5Error
+from glm5svc.tune.host_figures import read_start
 from glm5svc.tune.search import TrialRecord, describe_candidate, gain
 from glm5svc.tune.space import Value, overlay_of
 from glm5svc.tune.trial import LEVEL_FILE
@@ -21,6 +23,7 @@ from glm5svc.tune.trial import LEVEL_FILE
 TUNED_FILE = "tuned.yaml"
 HOST_VARS_FILE = "host_vars.yml"
 SUMMARY_FILE = "summary.json"
+STUDY_FILE = "tune.json"  # written by glm5svc/tune/session.py when a tune begins
 BASELINE_DIR = "baseline"
 # The container role merges this variable into /etc/glm5/glm5.yaml (roles/glm5_service).
 HOST_VARS_KEY = "glm5_service_config_extra"
@@ -138,6 +141,7 @@ def write_outputs(
         **context,
         "run_dir": str(run_dir),
         "trials": rows,
+        "starts": start_records(run_dir),
         "best": rows[best.number] if best is not None and best.number < len(rows) else None,
         "overlay": overlay,
         "gain": ratio.to_dict() if ratio else None,
@@ -173,6 +177,47 @@ def write_outputs(
     write_atomic(run_dir / SUMMARY_FILE, json.dumps(summary, indent=2, default=str))
     files["summary"] = SUMMARY_FILE
     return summary
+
+
+def start_records(run_dir: Path) -> list[dict[str, Any]]:
+    """Each trial's start broken down (its start.json, from serve's log)."""
+    found = []
+    for trial_dir in sorted((run_dir / "trials").glob("[0-9][0-9][0-9]")):
+        breakdown = read_start(trial_dir)
+        if breakdown is not None:
+            found.append({"trial": int(trial_dir.name), **breakdown.to_dict(),
+                          "text": breakdown.describe()})  # fmt: skip
+    return found
+
+
+def read_summary(run_dir: Path) -> dict[str, Any]:
+    """A finished tune's summary.json, or, while it runs, its trials so far."""
+    try:
+        return json.loads((run_dir / SUMMARY_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        pass
+    try:
+        study = json.loads((run_dir / STUDY_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise Glm5Error(
+            f"{run_dir}: not a tune's run directory (no {SUMMARY_FILE}, {STUDY_FILE}: {exc})"
+        ) from None
+    records = []
+    for path in sorted((run_dir / "trials").glob("[0-9][0-9][0-9].json")):
+        try:
+            records.append(TrialRecord(**json.loads(path.read_text(encoding="utf-8"))))
+        except (OSError, ValueError, TypeError):
+            continue
+    confidence = (study.get("settings") or {}).get("confidence", 0.95)
+    start = study.get("start") or {}
+    return {
+        **{k: study.get(k) for k in ("config", "workload", "settings")},
+        "run_dir": str(run_dir),
+        "running": True,
+        "trials": [trial_row(r, start, confidence) for r in records],
+        "starts": start_records(run_dir),
+        "stopped_by": None,
+    }
 
 
 def _write_baseline(run_dir: Path, best: TrialRecord | None, context: dict) -> str | None:

@@ -11,10 +11,11 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from glm5svc.atomic_file import write_atomic
 from glm5svc.bench.sweep import new_run_dir, telemetry_sampler
 from glm5svc.config import Config, config_from_mapping, resolve_config_path
 from glm5svc.config_yaml import parse_yaml, read_config_bytes
@@ -24,15 +25,20 @@ from glm5svc.json_output import now_utc
 from glm5svc.nvml import NvmlUnavailable
 from glm5svc.preflight.gpu import list_gpu_processes
 from glm5svc.profiles import load_profile
+from glm5svc.serve.phases import start_breakdown
+from glm5svc.tune.estimate import Estimate, estimate
 from glm5svc.tune.guard import TakeOver
-from glm5svc.tune.outputs import write_outputs
+from glm5svc.tune.host_figures import START_FILE, estimate_inputs
+from glm5svc.tune.outputs import STUDY_FILE, write_outputs
 from glm5svc.tune.render import Renderer, trial_mapping, write_trial_config
+from glm5svc.tune.retry import FIRST_ATTEMPT_DIR, keep_first_attempt, outside_the_candidate
 from glm5svc.tune.search import Search, SearchSettings, Workload, bench_plan_for
 from glm5svc.tune.space import Space, load_space, space_from_dict, start_value
 from glm5svc.tune.trial import TrialOutcome, TrialRequest, run_trial
 
-STUDY_FILE = "tune.json"
 GPU_FREE_WAIT_S = 60.0
+STOP_RESERVE_S = 10.0  # the last trial's drain and stop, within the budget
+OUTPUTS_S = 5.0  # the tables, the plot and the summary
 
 
 @dataclass(frozen=True)
@@ -44,6 +50,7 @@ class TuneRequest:
     run_dir: Path | None = None
     resume: Path | None = None
     take_over: bool = False
+    disk_read_gbps: float | None = None  # None: measured with a short read
 
 
 def read_mapping(path: Path) -> dict[str, Any]:
@@ -74,18 +81,23 @@ class Tune:
         facts = HostFacts.read(self.config)
         gpus, model = facts.gpus, facts.model
         sglang = facts.sglang_version(load_profile(self.config.server.profile))
+        self.facts = facts
         self.facts_summary = {
             "gpus": f"{gpus.count} x {gpus.names[0] if gpus.names else 'GPU'} ({gpus.sm}, "
             f"from {gpus.source})",
             "driver": gpus.driver_version,
             "sglang": sglang.label,
             "model": model.architecture,
+            "identity": measured_on(self.config, facts),
         }
         self.renderer = Renderer(facts, check_with_sglang=sglang.installed)
         self.space: Space = load_space(request.space_path, self.config, model.moe, sglang.version)
         self.start = {k.name: start_value(self.config, k.name) for k in self.space.knobs}
         self.guard = TakeOver(request.take_over)
         self.run_dir: Path | None = None
+        self.measured: list[TrialOutcome] = []  # every attempt's outcome, this run
+        self.hard_deadline = float("inf")
+        self.budget_spent: str | None = None
 
     def _prepare_run_dir(self) -> tuple[Workload, SearchSettings]:
         request = self.request
@@ -132,9 +144,46 @@ class Tune:
         (self.run_dir / STUDY_FILE).write_text(json.dumps(saved, indent=2), encoding="utf-8")
         return request.workload, request.settings
 
+    def plan(self, settings: SearchSettings | None = None) -> tuple[Estimate, list[str]]:
+        """The tune's estimate from this configuration, host and (resumed) run so far."""
+        settings = settings or self.request.settings
+        resumed = Path(self.request.resume) if self.request.resume else None
+        if resumed is not None and settings is self.request.settings:
+            try:
+                saved = json.loads((resumed / STUDY_FILE).read_text(encoding="utf-8"))
+                settings = settings.resumed(saved["settings"])
+                self.space = space_from_dict(saved["space"])
+            except (OSError, ValueError, KeyError, TypeError):
+                pass
+        try:
+            moe_backend = self.renderer.plan(self.config).flag_value("--moe-runner-backend")
+        except Glm5Error:
+            moe_backend = self.config.tuning.moe_runner_backend
+        inputs, notes = estimate_inputs(
+            self.config, self.facts, self.space, settings, self.request.disk_read_gbps,
+            resumed, moe_backend,
+        )  # fmt: skip
+        return estimate(inputs), notes
+
     def run(self) -> dict[str, Any]:
         started_at = now_utc()
+        self.started = time.monotonic()
         workload, settings = self._prepare_run_dir()
+        planned, notes = self.plan(settings)
+        lines = planned.lines() + [f"plan: {note}" for note in notes]
+        self.on_progress("plan", {"lines": lines, "run_dir": str(self.run_dir)})
+        full_space = self.space
+        if planned.dropped:
+            self.space = replace(
+                self.space,
+                knobs=[k for k in self.space.knobs if k.name in planned.kept],
+                left_out=self.space.left_out
+                + [f"{d.knob}: dropped, the first pass would not fit the budget"
+                   for d in planned.dropped],
+            )  # fmt: skip
+        # The budget is a bound: the trial's stop and the outputs fit in it too.
+        self.hard_deadline = self.started + settings.budget_s - STOP_RESERVE_S - OUTPUTS_S
+        self.budget_spent: str | None = None
         self.guard.begin(self.config)
         search = None
         telemetry_status = None
@@ -150,11 +199,13 @@ class Tune:
                     executor,
                     render=lambda m: self.renderer.refusal(trial_mapping(m, self.run_dir)),
                     on_progress=self.on_progress,
-                    should_stop=self.should_stop,
+                    should_stop=lambda: self.should_stop() or self.budget_spent is not None,
                 )
                 self.on_progress("begin", {"run_dir": str(self.run_dir), "search": search})
                 search.replay()
                 search.run()
+                if self.budget_spent and not self.should_stop():
+                    search.stopped_by = self.budget_spent
         finally:
             self.guard.restore()
             if search is not None:
@@ -170,7 +221,9 @@ class Tune:
                         "facts": self.facts_summary,
                         "workload": workload.to_dict(),
                         "settings": settings.to_dict(),
-                        "space": self.space.to_dict(),
+                        "space": full_space.to_dict(),
+                        "searched": [k.name for k in self.space.knobs],
+                        "plan": planned.to_dict(),
                         "stopped_by": search.stopped_by,
                         "service": list(self.guard.log),
                         "telemetry": telemetry_status,
@@ -183,6 +236,29 @@ class Tune:
     def _executor(self, workload: Workload, sampler):
         def execute(number, candidate, mapping, decide, deadline) -> TrialOutcome:
             trial_dir = self.run_dir / "trials" / f"{number:03d}"
+            outcome, held = attempt(number, mapping, decide, deadline, trial_dir)
+            why = outside_the_candidate(
+                outcome.status, outcome.failure, outcome.diagnosis, held,
+                _text(Path(outcome.serve_log)) if outcome.serve_log else "",
+            )  # fmt: skip
+            if why and self._time_for_a_trial():
+                first = outcome.failure
+                keep_first_attempt(trial_dir)
+                self.on_progress("trial-phase", {"number": number, "phase": f"again ({why})"})
+                outcome, held = attempt(number, mapping, decide, deadline, trial_dir)
+                outcome.diagnosis.insert(
+                    0, f"tried again: the first attempt failed outside the candidate ({why}: "
+                    f"{first}); its files are in {FIRST_ATTEMPT_DIR}/",
+                )  # fmt: skip
+            if not self._time_for_a_trial():
+                left = max(0.0, self.hard_deadline - time.monotonic())
+                self.budget_spent = (
+                    f"the time budget is spent: {left:.0f} s left, a trial needs about "
+                    f"{self._shortest_trial_s():.0f} s"
+                )
+            return outcome
+
+        def attempt(number, mapping, decide, deadline, trial_dir):
             trial = trial_mapping(mapping, trial_dir)
             path = trial_dir / "config.yaml"
             write_trial_config(trial, path)
@@ -196,9 +272,13 @@ class Tune:
                     trial_dir=trial_dir,
                     bench=bench_plan_for(config, workload),
                     decide=decide,
-                    deadline=deadline,
+                    # No measured run starts that cannot end by the budget's deadline, and
+                    # the one running at that deadline is cut.
+                    deadline=min(deadline, self.hard_deadline - self._run_s()),
                     sampler=sampler,
-                    should_stop=self.should_stop,
+                    should_stop=lambda: (
+                        self.should_stop() or time.monotonic() >= self.hard_deadline
+                    ),
                     warmup_prompts=workload.warmup_prompts,
                     on_progress=lambda text: self.on_progress(
                         "trial-phase", {"number": number, "phase": text}
@@ -207,9 +287,48 @@ class Tune:
             )
             if held:
                 outcome.diagnosis.append(f"GPU memory held by others at start: {held}")
-            return outcome
+            breakdown = start_breakdown(_text(trial_dir / "serve.log").splitlines())
+            write_atomic(trial_dir / START_FILE, json.dumps(breakdown.to_dict(), indent=2))
+            self.measured.append(outcome)
+            return outcome, held
 
         return execute
+
+    def _run_s(self) -> float:
+        walls = [r.wall_s for o in self.measured for r in o.runs]
+        return max(walls) if walls else 0.0
+
+    def _shortest_trial_s(self) -> float:
+        """A start, the warm-up, the fewest measured runs and the stop, as measured so
+        far (0 before the first trial: nothing to go by)."""
+        starts = [o.ready_after_s for o in self.measured if o.ready_after_s]
+        if not starts:
+            return 0.0
+        runs = self.request.settings.min_repeats + 1
+        stops = [o.stop.get("stop_s") or 0.0 for o in self.measured]
+        return sum(starts) / len(starts) + runs * self._run_s() + max(stops)
+
+    def _time_for_a_trial(self) -> bool:
+        return self.hard_deadline - time.monotonic() >= self._shortest_trial_s()
+
+
+def measured_on(config: Config, facts: HostFacts) -> dict[str, Any]:
+    """What a tune's figures hold for: these GPUs, this model, this sglang."""
+    sglang = facts.sglang_version(load_profile(config.server.profile))
+    return {
+        "gpu_count": facts.gpus.count,
+        "gpu_name": facts.gpus.names[0] if facts.gpus.names else None,
+        "model_path": str(config.model.path),
+        "model_architecture": facts.model.architecture,
+        "sglang_version": sglang.version,
+    }
+
+
+def _text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
 
 
 def _wait_for_free_gpus(should_stop: Callable[[], bool]) -> str | None:

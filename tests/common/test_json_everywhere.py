@@ -278,7 +278,20 @@ CASES: dict[tuple[str, ...], list[Case]] = {
     ],
     ("tune", "apply"): [
         Case(
-            "a recorded tune",
+            "a tune recorded on an H200, forced onto the example",
+            lambda e: [
+                "--config",
+                e.file("c.yaml", EXAMPLE.read_text()),
+                "tune",
+                "apply",
+                e.tune_copy(),
+                "--no-restart",
+                "--force",
+            ],
+            0,
+        ),  # fmt: skip
+        Case(
+            "a tune recorded on an H200, refused for the example",
             lambda e: [
                 "--config",
                 e.file("c.yaml", EXAMPLE.read_text()),
@@ -287,7 +300,7 @@ CASES: dict[tuple[str, ...], list[Case]] = {
                 e.tune_copy(),
                 "--no-restart",
             ],
-            0,
+            78,
         ),  # fmt: skip
         Case("no such run", lambda e: ["tune", "apply", str(e.tmp / "none"), "--no-restart"], 1),
     ],

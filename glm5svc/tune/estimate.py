@@ -1,0 +1,230 @@
+"""How long a tune will take, before it runs: starts x start time + windows x window time.
+
+Pure: every figure is an input (glm5svc/tune/host_figures.py reads them from the host, the
+model folder and a resumed run's trials), so the estimate is tested with the numbers of any
+machine, the real target's included (docs/performance-tune.md).
+
+A start is one engine start: the first pass makes one per value of a knob that needs a
+restart, while the values of a live knob are measured within a start. Each start has its
+warm-up windows (the plateau after a start: two windows that agree), each setting its
+measured windows. When the first pass does not fit the budget, the knobs at the end of
+the space's order (the least influential, glm5svc/data/tune-space.yaml) are dropped until
+it does.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any
+
+GB = 1e9
+GIB = 2**30
+# Until a run has measured its own: what a start costs besides reading the weights, from
+# the H200 recordings (sglang 0.5.11: 34 s process start and imports, piecewise CUDA graphs
+# 49 s compiling on first use, 45 s warm) and the real target's autotune ("several minutes"
+# of a start, docs/performance-tune.md).
+PROCESS_START_S = 35.0
+GRAPHS_COLD_S = 50.0
+GRAPHS_WARM_S = 45.0
+AUTOTUNE_COLD_S = 120.0  # FlashInfer's MoE autotune, profiled; with its cache file: loaded
+STOP_S = 15.0  # the drain of an idle engine and the GPU memory freed
+WARMUP_WINDOWS = 2  # the plateau: two windows that agree
+# The page cache keeps the weights only with room beside the engine's own host memory.
+ENGINE_HOST_MEMORY_BYTES = 32 * GIB
+# Weights read again from the page cache instead of the disk.
+PAGE_CACHE_READ_BPS = 10 * GB
+
+
+@dataclass(frozen=True)
+class KnobCount:
+    name: str
+    values: int
+    restart: bool = True  # False: a live knob, measured within a start
+
+
+@dataclass(frozen=True)
+class EstimateInputs:
+    knobs: tuple[KnobCount, ...]
+    budget_s: float
+    window_s: float
+    repeats: int  # measured windows per setting
+    weights_bytes: int | None = None  # the checkpoint's size; None: not read (dummy weights)
+    disk_read_bps: float | None = None  # bytes/s
+    memory_limit_bytes: int | None = None  # the container's (cgroup memory.max); None: none
+    moe_autotune: bool = False  # does this engine run FlashInfer's MoE autotune at start?
+    autotune_cached: bool = False  # and is its cache file kept (patch or upstream)?
+    measured_start_s: float | None = None  # mean start (to READY) of a resumed run's trials
+    measured_window_s: float | None = None  # mean measured window of a resumed run
+    done_starts: int = 0  # already measured by a resumed run
+    done_settings: int = 0
+
+
+@dataclass(frozen=True)
+class Dropped:
+    knob: str
+    starts: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Estimate:
+    starts: int
+    settings: int
+    windows: int
+    start_s: float
+    window_s: float
+    total_s: float
+    budget_s: float
+    start_basis: str
+    dropped: tuple[Dropped, ...] = ()
+    warnings: tuple[str, ...] = ()
+    kept: tuple[str, ...] = ()
+
+    @property
+    def fits(self) -> bool:
+        return self.total_s <= self.budget_s
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "starts": self.starts,
+            "settings": self.settings,
+            "windows": self.windows,
+            "start_s": round(self.start_s, 1),
+            "window_s": round(self.window_s, 1),
+            "total_s": round(self.total_s, 1),
+            "budget_s": self.budget_s,
+            "fits": self.fits,
+            "start_basis": self.start_basis,
+            "dropped": [d.__dict__ for d in self.dropped],
+            "kept": list(self.kept),
+            "warnings": list(self.warnings),
+        }
+
+    def lines(self) -> list[str]:
+        head = (
+            f"plan: the first pass is {self.starts} start(s) x {_clock(self.start_s)} + "
+            f"{self.windows} window(s) x {_clock(self.window_s)} = {_clock(self.total_s)} "
+            f"for {self.settings} setting(s); the budget is {_clock(self.budget_s)}"
+        )
+        lines = [head, f"plan: a start is {self.start_basis}"]
+        if self.dropped:
+            names = ", ".join(f"{d.knob} ({d.starts} start(s), {_clock(d.seconds)})"
+                              for d in self.dropped)  # fmt: skip
+            lines.append(
+                f"plan: the first pass over every knob does not fit; dropped, the least "
+                f"influential first (the space's order): {names}"
+            )
+        lines.append(
+            "plan: it fits the budget" if self.fits
+            else "plan: even one knob does not fit the budget: raise --budget or shorten "
+            "--window"
+        )  # fmt: skip
+        return lines + [f"plan: WARNING: {w}" for w in self.warnings]
+
+
+def start_seconds(inputs: EstimateInputs) -> tuple[float, str]:
+    """One start's seconds, and how they were found."""
+    if inputs.measured_start_s is not None:
+        return inputs.measured_start_s, f"{_clock(inputs.measured_start_s)} as measured"
+    parts = [("process start and imports", PROCESS_START_S)]
+    if inputs.weights_bytes and inputs.disk_read_bps:
+        cached = keeps_weights_cached(inputs)
+        speed = PAGE_CACHE_READ_BPS if cached else inputs.disk_read_bps
+        where = "page cache" if cached else f"disk at {inputs.disk_read_bps / GB:.2f} GB/s"
+        parts.append((f"{inputs.weights_bytes / GB:,.0f} GB of weights from the {where}",
+                      inputs.weights_bytes / speed))  # fmt: skip
+    if inputs.moe_autotune:
+        if inputs.autotune_cached:
+            parts.append(("MoE autotune loaded from its cache file", 0.0))
+        else:
+            parts.append(("MoE autotune", AUTOTUNE_COLD_S))
+    parts.append(("graphs", GRAPHS_WARM_S))
+    total = sum(seconds for _, seconds in parts)
+    detail = ", ".join(f"{what} {_clock(seconds)}" for what, seconds in parts)
+    return total, f"{_clock(total)} estimated ({detail})"
+
+
+def keeps_weights_cached(inputs: EstimateInputs) -> bool:
+    if inputs.weights_bytes is None:
+        return True
+    limit = inputs.memory_limit_bytes
+    return limit is None or limit >= inputs.weights_bytes + ENGINE_HOST_MEMORY_BYTES
+
+
+def memory_warning(inputs: EstimateInputs) -> str | None:
+    if keeps_weights_cached(inputs) or inputs.weights_bytes is None:
+        return None
+    needed = math.ceil((inputs.weights_bytes + ENGINE_HOST_MEMORY_BYTES) / GIB)
+    return (
+        f"the container's memory limit ({inputs.memory_limit_bytes / GIB:,.0f} GiB) is below "
+        f"the weights' size ({inputs.weights_bytes / GIB:,.0f} GiB) and the engine's own "
+        f"memory: every start reads the weights from disk again. A limit of at least "
+        f"{needed:,} GiB keeps them in the page cache between starts (on Proxmox: "
+        f"pct set <id> --memory {needed * 1024})"
+    )
+
+
+def first_pass(knobs: tuple[KnobCount, ...]) -> tuple[int, int]:
+    """(starts, settings) of a pass that changes one knob at a time from the start."""
+    starts = 1 + sum(k.values - 1 for k in knobs if k.restart)
+    settings = 1 + sum(k.values - 1 for k in knobs)
+    return starts, settings
+
+
+def estimate(inputs: EstimateInputs) -> Estimate:
+    start_s, basis = start_seconds(inputs)
+    window_s = inputs.measured_window_s or inputs.window_s
+    warnings = [w for w in (memory_warning(inputs),) if w]
+
+    def cost(knobs: tuple[KnobCount, ...]) -> tuple[int, int, int, float]:
+        starts, settings = first_pass(knobs)
+        starts = max(0, starts - inputs.done_starts)
+        settings = max(0, settings - inputs.done_settings)
+        windows = starts * WARMUP_WINDOWS + settings * inputs.repeats
+        return starts, settings, windows, starts * (start_s + STOP_S) + windows * window_s
+
+    knobs = tuple(inputs.knobs)
+    dropped: list[Dropped] = []
+    starts, settings, windows, total = cost(knobs)
+    while total > inputs.budget_s and len(knobs) > 1:
+        last, knobs = knobs[-1], knobs[:-1]
+        smaller = cost(knobs)
+        dropped.append(Dropped(last.name, starts - smaller[0], total - smaller[3]))
+        starts, settings, windows, total = smaller
+    return Estimate(
+        starts=starts,
+        settings=settings,
+        windows=windows,
+        start_s=start_s,
+        window_s=window_s,
+        total_s=total,
+        budget_s=inputs.budget_s,
+        start_basis=basis,
+        dropped=tuple(dropped),
+        warnings=tuple(warnings),
+        kept=tuple(k.name for k in knobs),
+    )
+
+
+def with_measurements(inputs: EstimateInputs, starts: list[float], windows: list[float],
+                      done_starts: int, done_settings: int) -> EstimateInputs:  # fmt: skip
+    """The inputs with a resumed run's figures: its mean start and window replace the
+    estimates, and what it measured is not counted again."""
+    return replace(
+        inputs,
+        measured_start_s=sum(starts) / len(starts) if starts else inputs.measured_start_s,
+        measured_window_s=sum(windows) / len(windows) if windows else inputs.measured_window_s,
+        done_starts=done_starts,
+        done_settings=done_settings,
+    )
+
+
+def _clock(seconds: float) -> str:
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    hours, rest = divmod(seconds, 3600)
+    if hours:
+        return f"{hours} h {rest // 60:02d} min"
+    return f"{rest // 60} min {rest % 60:02d} s"

@@ -1,0 +1,42 @@
+"""The redirected tune's progress lines (each phase change, and a steady beat in between,
+into the run's log too) and which failures are tried once more."""
+
+from __future__ import annotations
+
+import io
+import time
+
+from glm5svc.tune.live import LOG_FILE, Progress
+from glm5svc.tune.retry import outside_the_candidate
+
+
+def test_plain_lines_at_each_phase_change_and_a_beat_between(tmp_path):
+    stream = io.StringIO()
+    with Progress(live_table=False, stream=stream, every_s=0.2) as progress:
+        progress.update("plan", {"lines": ["plan: the first pass is 2 start(s)"],
+                                 "run_dir": str(tmp_path)})  # fmt: skip
+        progress.update("trial-start", {"number": 0, "candidate": {}})
+        progress.update("trial-phase", {"number": 0, "phase": "run 1"})
+        said = stream.getvalue().count("\n")
+        deadline = time.monotonic() + 10
+        while stream.getvalue().count("\n") == said and time.monotonic() < deadline:
+            time.sleep(0.05)  # nothing happens: the beat says where the tune is
+    lines = stream.getvalue().splitlines()
+    assert lines[0].endswith("plan: the first pass is 2 start(s)")
+    assert "trial 0 ((the start)): starting" in lines[1]
+    assert "trial 0 ((the start)): run 1" in lines[2]
+    assert len(lines) > 3 and "trial 0 ((the start)): run 1" in lines[3]
+    assert (tmp_path / LOG_FILE).read_text().splitlines()[: len(lines)] == lines
+
+
+def test_what_is_tried_again():
+    def why(failure="", diagnosis=(), held=None, log="", status="failed"):
+        return outside_the_candidate(status, failure, list(diagnosis), held, log)
+
+    assert why("not ready within the trial's time limit (--trial-timeout)") == "a timeout"
+    assert why(log="OSError: [Errno 98] Address already in use") == "a port clash"
+    assert why(diagnosis=["The engine port is taken by another process: ..."]) == "a port clash"
+    assert why(held="pid 7 on GPU 0 (900 MiB)").startswith("GPU memory held")
+    assert why("the engine did not start: serve exited with 1",
+               ["CUDA out of memory: lower tuning.mem_fraction_static"]) is None  # fmt: skip
+    assert why("not ready within the trial's time limit", status="measured") is None

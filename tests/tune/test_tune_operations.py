@@ -1,0 +1,132 @@
+"""A tune one can plan, watch and trust, on the test engine: the plan before the run, the
+caches that make a second start faster (broken down from the engine's log and kept), the
+progress lines of a redirected tune, `tune show` while it runs, a failure outside the
+candidate tried once more, no `ok` when nothing was measured, the budget as a bound, and
+`tune apply` refusing a tune measured elsewhere."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+
+import yaml
+
+from tests.tune.conftest import write_space, write_tune_config
+from tests.tune.test_tune_end_to_end import WORKLOAD, glm5svc
+
+JIT_S = 3.0
+
+
+def with_cache_dir(config: Path, cache: Path) -> None:
+    data = yaml.safe_load(config.read_text())
+    data["server"]["cache_dir"] = str(cache)
+    config.write_text(yaml.safe_dump(data))
+
+
+def test_plan_fits_or_trims_the_budget(tmp_path, bench_python, tokenizer_dir):
+    config = write_tune_config(tmp_path, bench_python, tokenizer_dir, "load=0.1")
+    space = write_space(tmp_path, [
+        {"key": "tuning.max_running_requests", "values": [8, 64]},
+        {"key": "tuning.cuda_graph", "values": [False, True]},
+        {"key": "tuning.chunked_prefill_size", "values": [None, 4096]},
+    ])  # fmt: skip
+    roomy = glm5svc(config, "tune", "run", "--plan", "--space", str(space), "--budget", "10h",
+                    "--json", timeout=120)  # fmt: skip
+    assert roomy.returncode == 0, roomy.stderr
+    plan = json.loads(roomy.stdout)
+    assert plan["fits"] and not plan["dropped"]
+    assert (plan["starts"], plan["settings"]) == (4, 4)
+    tight = glm5svc(config, "tune", "run", "--plan", "--space", str(space), "--budget", "5m",
+                    "--window", "10s", timeout=120)  # fmt: skip
+    assert tight.returncode == 0, tight.stderr
+    assert "dropped, the least influential first" in tight.stdout
+    assert "tuning.chunked_prefill_size" in tight.stdout
+    assert "tuning.max_running_requests" not in tight.stdout.split("dropped")[1]
+    assert not list(tmp_path.glob("results/tune/*")), "--plan ran nothing"
+
+
+def test_caches_make_the_second_start_faster_and_a_redirected_tune_says_so(
+    tmp_path, bench_python, tokenizer_dir
+):
+    config = write_tune_config(tmp_path, bench_python, tokenizer_dir, f"load=0.1,jit={JIT_S}")
+    cache = tmp_path / "cache"
+    with_cache_dir(config, cache)
+    space = write_space(tmp_path, [{"flag": "--page-size", "values": [None, 2]}])
+    run_dir = tmp_path / "tune"
+    done = glm5svc(config, "tune", "run", *WORKLOAD, "--space", str(space), "--max-trials", "2",
+                   "--run-dir", str(run_dir), "--json")  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stdout)
+    first, second = summary["starts"]
+    # The engine compiles its kernels once (inside the piecewise graph capture it logs);
+    # the second start finds them in server.cache_dir and does not.
+    assert first["graphs_s"] >= JIT_S > second["graphs_s"]
+    assert list((cache / "sglang").rglob("*")), "the compile cache is in server.cache_dir"
+    assert (run_dir / "trials" / "001" / "start.json").is_file()
+    # stderr is not a terminal here: plain progress lines, the same in the run's log.
+    assert "plan: the first pass is" in done.stderr
+    assert "trial 0 (" in done.stderr and "trial 1 ended: measured" in done.stderr
+    log = (run_dir / "tune.log").read_text()
+    assert "plan: the first pass is" in log and "trial 1 ended: measured" in log
+
+    shown = glm5svc(config, "tune", "show", str(run_dir))
+    assert shown.returncode == 0 and "start of trial 1: " in shown.stdout
+    (run_dir / "summary.json").unlink()  # as while it runs: the trials so far
+    running = glm5svc(config, "tune", "show", str(run_dir), "--json")
+    assert running.returncode == 0, running.stderr
+    so_far = json.loads(running.stdout)
+    assert so_far["running"] is True and len(so_far["trials"]) == 2
+
+
+def test_a_timeout_is_tried_again_and_nothing_measured_is_not_ok(
+    tmp_path, bench_python, tokenizer_dir
+):
+    config = write_tune_config(tmp_path, bench_python, tokenizer_dir, "load=8")
+    run_dir = tmp_path / "tune"
+    done = glm5svc(config, "tune", "run", *WORKLOAD, "--max-trials", "1", "--trial-timeout",
+                   "2", "--run-dir", str(run_dir), "--json")  # fmt: skip
+    assert done.returncode == 1, done.stderr[-3000:]
+    answer = json.loads(done.stdout)
+    assert answer["ok"] is False
+    assert answer["error"].startswith("no trial measured anything (trial 0: not ready")
+    (trial,) = answer["trials"]
+    assert trial["diagnosis"].startswith("tried again: the first attempt failed outside the "
+                                         "candidate (a timeout")  # fmt: skip
+    assert (run_dir / "trials" / "000" / "first-attempt" / "serve.log").is_file()
+    assert (run_dir / "trials" / "000" / "serve.log").is_file()
+
+
+def test_the_budget_is_a_bound(tmp_path, bench_python, tokenizer_dir):
+    config = write_tune_config(tmp_path, bench_python, tokenizer_dir, "load=0.1")
+    space = write_space(tmp_path, [{"key": "tuning.max_running_requests", "values": [8, 16, 64]}])
+    budget = 40
+    done = glm5svc(config, "tune", "run", *WORKLOAD, "--space", str(space), "--budget",
+                   str(budget), "--run-dir", str(tmp_path / "tune"), "--json")  # fmt: skip
+    summary = json.loads(done.stdout)
+    took = datetime.fromisoformat(summary["finished_at"]) - datetime.fromisoformat(
+        summary["started_at"]
+    )
+    assert took.total_seconds() <= budget, summary["stopped_by"]
+    assert "budget" in summary["stopped_by"]
+
+
+def test_apply_refuses_a_tune_measured_elsewhere_unless_forced(tmp_path):
+    config = tmp_path / "glm5.yaml"
+    config.write_text(yaml.safe_dump({"model": {"path": str(tmp_path / "model")}}))
+    before = config.read_bytes()
+    run_dir = tmp_path / "tune"
+    run_dir.mkdir()
+    (run_dir / "tuned.yaml").write_text(yaml.safe_dump({"tuning": {"max_running_requests": 64}}))
+    elsewhere = {"gpu_count": 1, "gpu_name": "cpu test engine", "model_path": "/m",
+                 "model_architecture": "Qwen3Moe", "sglang_version": "0.5.11"}  # fmt: skip
+    (run_dir / "summary.json").write_text(json.dumps({"facts": {"identity": elsewhere}}))
+    refused = glm5svc(config, "tune", "apply", str(run_dir), "--no-restart", "--json")
+    assert refused.returncode == 78, refused.stderr
+    error = json.loads(refused.stdout)
+    assert "--force" in error["error"] and "GPUs: measured with 1" in error["error"]
+    assert config.read_bytes() == before
+    forced = glm5svc(config, "tune", "apply", str(run_dir), "--no-restart", "--force", "--json")
+    assert forced.returncode == 0, forced.stderr
+    assert yaml.safe_load(config.read_text())["tuning"]["max_running_requests"] == 64
+    assert any("--force" in m for m in json.loads(forced.stdout)["messages"])
