@@ -324,7 +324,26 @@ class BenchmarkSection(Section):
     warmup_requests: Annotated[Int, Field(ge=0, le=MAX_COUNT)] = 16
     """Requests before each level, not measured."""
     seed: Annotated[Int, Field(ge=0, le=MAX_COUNT)] = 1
-    """bench_serving's random seed."""
+    """The first of the per-run seeds: the i-th measured window of every level, trial and side
+    uses seed + i, so each run sends new prompts and windows pair across settings."""
+    steady: bool = False
+    """Measure each level in steady windows (glm5svc/bench/measure.py): fresh prompts per run,
+    the radix cache flushed, a warm-up until two windows agree, the figure from the engine's
+    own counters while it holds the concurrency. Off: one bench_serving run per level."""
+    window_s: Annotated[Number, Field(gt=0, le=86400)] = 30.0
+    """The shortest steady window (seconds in which the engine holds the concurrency, ramps
+    left out) a run must give; runs are sized to it. About 30 s on a small model, minutes on
+    the target."""
+    windows: Annotated[Int, Field(ge=1, le=100)] = 1
+    """Measured windows per level after the warm-up; the level's figure is their mean."""
+    warmup_tolerance_pct: Annotated[Number, Field(gt=0, le=50)] = 3.0
+    """Warm-up runs go on until two consecutive windows agree within this many percent."""
+    warmup_max_s: Annotated[Number, Field(ge=0, le=86400)] = 600.0
+    """The longest warm-up per level, in seconds (then measuring starts, and says so)."""
+    prefix_sharing: Annotated[Number, Field(ge=0, le=1)] = 0.0
+    """The share of prompt tokens the workload expects from the radix cache (0: none). At 0 the
+    cache is flushed before every run, and a run with more than 1 % cached is flagged and not
+    counted; above 0 nothing is flushed and the sharing is measured and reported."""
     knee_gain_pct: Annotated[Number, Field(ge=0, le=100)] = 10.0
     """The knee: the first level after which more concurrency adds less than this many percent of
     throughput while latency grows."""

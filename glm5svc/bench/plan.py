@@ -37,6 +37,12 @@ class BenchPlan:
     seed: int = _DEFAULTS.seed
     api_key: str | None = None  # never written to results
     level_timeout_s: float | None = None
+    steady: bool = _DEFAULTS.steady
+    window_s: float = _DEFAULTS.window_s
+    windows: int = _DEFAULTS.windows
+    warmup_tolerance_pct: float = _DEFAULTS.warmup_tolerance_pct
+    warmup_max_s: float = _DEFAULTS.warmup_max_s
+    prefix_sharing: float = _DEFAULTS.prefix_sharing
 
     def prompts_for(self, concurrency: int) -> int:
         if self.num_prompts is not None:
@@ -119,6 +125,12 @@ def plan_from_config(
         min_prompts=bench.min_prompts,
         warmup_requests=bench.warmup_requests,
         seed=bench.seed,
+        steady=bench.steady,
+        window_s=bench.window_s,
+        windows=bench.windows,
+        warmup_tolerance_pct=bench.warmup_tolerance_pct,
+        warmup_max_s=bench.warmup_max_s,
+        prefix_sharing=bench.prefix_sharing,
         api_key=read_api_key(server.api_key_file) if api_key is READ_KEY_FILE else api_key,
     )
     return plan.with_overrides(**overrides)

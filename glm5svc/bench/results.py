@@ -24,6 +24,8 @@ class LevelResult:
     window_scope: str | None = None
     error: str | None = None
     log_file: str | None = None
+    # The warm-up and steady windows the figures come from (glm5svc/bench/measure.py).
+    steady: dict[str, Any] | None = None
 
     @property
     def completed(self) -> int:
@@ -47,6 +49,7 @@ class LevelResult:
             "log_file": self.log_file,
             "metrics": self.metrics.to_dict() if self.metrics else None,
             "telemetry": self.telemetry.to_dict(),
+            "steady": self.steady,
         }
 
     @classmethod
@@ -63,6 +66,7 @@ class LevelResult:
             window_scope=data.get("window_scope"),
             error=data.get("error"),
             log_file=data.get("log_file"),
+            steady=data.get("steady"),
         )
 
 

@@ -136,7 +136,8 @@ def run_level(
         )
     except OSError as exc:
         windows.abandon()
-        return _failed(concurrency, requested, started, f"cannot run {plan.python}: {exc}"), None
+        error = f"cannot run {plan.python}: {exc}"
+        return failed_level(concurrency, requested, started, error), None
     timed_out = threading.Event()
     level_timeout = plan.timeout_for(concurrency)
     timer = _start_timer(proc, level_timeout, timed_out)
@@ -255,7 +256,7 @@ def run_ladder(
         if raw_line is not None:
             _append_raw(raw_path, concurrency, raw_line)
         levels.append(level)
-        emit(BenchEvent("level-done", concurrency, index, total, _done_message(level), level))
+        emit(BenchEvent("level-done", concurrency, index, total, done_message(level), level))
         if not level.ok:
             reason = f"stopped at concurrency {concurrency}: {level.error}"
             emit(BenchEvent("stopped", concurrency, index, total, reason, level))
@@ -404,7 +405,7 @@ def _last_error_line(tail: list[str]) -> str:
     return "(no output)"
 
 
-def _failed(concurrency: int, requested: int, started: float, error: str) -> LevelResult:
+def failed_level(concurrency: int, requested: int, started: float, error: str) -> LevelResult:
     return LevelResult(
         concurrency=concurrency,
         requested=requested,
@@ -416,7 +417,7 @@ def _failed(concurrency: int, requested: int, started: float, error: str) -> Lev
     )
 
 
-def _done_message(level: LevelResult) -> str:
+def done_message(level: LevelResult) -> str:
     m = level.metrics
     if m is None or m.total_throughput is None:
         return f"concurrency {level.concurrency}: no result ({level.error})"

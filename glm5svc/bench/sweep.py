@@ -14,6 +14,7 @@ from typing import Any
 
 from glm5svc.bench import provenance
 from glm5svc.bench.baselines import load_baseline
+from glm5svc.bench.measure import run_steady_ladder
 from glm5svc.bench.outputs import write_results
 from glm5svc.bench.plan import BenchPlan
 from glm5svc.bench.results import BenchSummary
@@ -152,7 +153,8 @@ def _measure_and_write(
         # Provenance (a subprocess, the launch plan) and the plot's matplotlib import are
         # prepared while the first level runs, not added to the run's wall time.
         prep = _Background(lambda: _prepare(plan, measuring or sampler, config, launch_plan))
-        levels, stopped = run_ladder(
+        ladder = run_steady_ladder if plan.steady else run_ladder
+        levels, stopped = ladder(
             plan, run_dir, measuring, on_progress, telemetry_status, should_stop
         )
     facts = prep.result()

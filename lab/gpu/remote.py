@@ -41,7 +41,7 @@ from pathlib import Path
 
 import yaml
 
-from lab.gpu import nsa_scenario, ratio_scenario, tune_scenario
+from lab.gpu import method_scenario, nsa_scenario, ratio_scenario, tune_scenario
 from lab.gpu.common import (
     BARE_PORT,
     BENCH_PYTHON,
@@ -389,6 +389,10 @@ def scenario_tune(out: Path, env: dict[str, str], deadline: Deadline, results: d
     tune_scenario.run(out, env, deadline, results, model, TUNE_START["start"])
 
 
+def scenario_method(out: Path, env: dict[str, str], deadline: Deadline, results: dict) -> None:
+    method_scenario.run(out, env, deadline, results, MODELS / "qwen3-moe")
+
+
 # The model each scenario serves (only those are written: a tokenizer takes seconds).
 SCENARIO_MODELS = {
     "service": "llama-tiny",
@@ -396,6 +400,7 @@ SCENARIO_MODELS = {
     "nsa": "glm5-tiny",
     "ratio": "qwen3-moe",
     "tune": "qwen3-moe",
+    "method": "qwen3-moe",
 }
 SCENARIOS = {
     "service": scenario_service,
@@ -403,6 +408,7 @@ SCENARIOS = {
     "nsa": scenario_nsa,
     "ratio": scenario_ratio,
     "tune": scenario_tune,
+    "method": scenario_method,
 }
 
 
