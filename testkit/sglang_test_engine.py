@@ -1211,6 +1211,7 @@ async def compile_kernels(log: Log, args, jit_s: float) -> None:
         return
     shapes = len(PIECEWISE_TOKENS)
     per_shape = jit_s / shapes
+    rate = f"{per_shape:5.2f}s/it" if per_shape >= 1 else f"{1 / per_shape:5.2f}it/s"  # tqdm's
     order = (*reversed(PIECEWISE_TOKENS), PIECEWISE_TOKENS[0])  # tqdm's last line: 100%
     for done, tokens in enumerate(order):
         pct = done * 100 // shapes
@@ -1218,7 +1219,7 @@ async def compile_kernels(log: Log, args, jit_s: float) -> None:
         elapsed = done * per_shape
         log.raw(
             f"Compiling num tokens (num_tokens={tokens}): {pct:3d}%|{bar}| {done}/{shapes} "
-            f"[{int(elapsed) // 60:02d}:{int(elapsed) % 60:02d}<00:00, {per_shape:.2f}s/it]",
+            f"[{int(elapsed) // 60:02d}:{int(elapsed) % 60:02d}<00:00, {rate}]",
             end="\r",
         )
         if done < shapes:

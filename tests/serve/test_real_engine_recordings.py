@@ -368,6 +368,45 @@ def test_test_engine_batch_lines_have_the_real_wording(test_engine_output):
     assert {batch_line_template(line) for line in printed} <= real
 
 
+def progress_template(line: str) -> str:
+    """A tqdm line with its numbers, bar blocks and padding blanked."""
+    text = re.sub(r"[\u2580-\u259f]", " ", re.sub(r"\d+(?:\.\d+)?", "N", line.strip()))
+    return re.sub(r"\s+", " ", text)
+
+
+def test_test_engine_jit_start_prints_the_real_compile_lines(tmp_path):
+    """jit=: the compile phase's lines are shaped as sglang 0.5.11's first start printed them,
+    and its progress bar reads as the real one, numbers aside."""
+    command = [sys.executable, str(TEST_ENGINE), "--port", str(free_port()),
+               "--test-mode", "load=0,ranks=1,jit=0.3"]  # fmt: skip
+    engine = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={"SGLANG_CACHE_DIR": str(tmp_path), "PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+    lines = []
+    try:
+        for line in engine.stdout:
+            lines += line.replace("\r", "\n").splitlines()
+            if "Capture piecewise CUDA graph end" in line:
+                break
+    finally:
+        engine.kill()
+        engine.communicate(timeout=10)
+    real_lines = (RECORDED / "bare.log").read_text().replace("\r", "\n").splitlines()
+    real = {shape(line) for line in real_lines}
+    unknown = [line for line in lines if line.strip() and shape(line) not in real | REFERENCE_ONLY]
+    assert not unknown, unknown
+    bars = [line for line in lines if line.startswith("Compiling num tokens")]
+    real_bars = {
+        progress_template(line)
+        for line in real_lines
+        if line.startswith("Compiling num tokens") and line.endswith(("s/it]", "it/s]"))
+    }
+    assert len(bars) > 10
+    assert {progress_template(line) for line in bars[1:]} <= real_bars
+    assert any(line.startswith("Compiling num tokens (num_tokens=4): 100%") for line in bars)
+
+
 def test_recorded_run_says_where_and_when():
     machine = json.loads((RECORDED / "results.json").read_text())["machine"]
     assert machine["sglang"] == "0.5.11" and "H200" in machine["gpus"][0]
