@@ -1,18 +1,18 @@
-"""The last benchmark's /metrics gauges (glm5svc_bench_*), from its status dict.
+"""The last benchmark's /metrics gauges (glm5svc_bench_*), from its BenchmarkStatus.
 
-The status dict is what the benchmark hands the service (glm5svc.bench.results
-BenchSummary.to_status(), shown in /status "benchmark"); the service's Prometheus collector
-(glm5svc.serve.metrics) renders it with this module, so the service needs nothing from the
-benchmark package, and the benchmark nothing from the service.
+The BenchmarkStatus (glm5svc.records) is what the benchmark hands the service (glm5svc.bench
+results' BenchSummary.to_status(), shown in /status "benchmark"); the service's Prometheus
+collector (glm5svc.serve.metrics) renders it with this module, so the service needs nothing
+from the benchmark package, and the benchmark nothing from the service.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 from prometheus_client.core import GaugeMetricFamily
 
-# (metric name, help, status-level key, scale to base units)
+from glm5svc.records import BenchmarkStatus
+
+# (metric name, help, BenchmarkLevel field, scale to base units)
 LEVEL_GAUGES = (
     ("glm5svc_bench_total_throughput_tokens_per_second", "total tok/s", "total_tok_s", 1.0),
     ("glm5svc_bench_output_throughput_tokens_per_second", "output tok/s", "output_tok_s", 1.0),
@@ -40,35 +40,31 @@ LEVEL_GAUGES = (
 )
 
 
-def bench_metrics_families(status: dict[str, Any] | None) -> list[GaugeMetricFamily]:
-    """Prometheus gauge families of the last benchmark, per level (label `concurrency`),
-    from its status dict (BenchSummary.to_status(): what the service keeps)."""
+def bench_metrics_families(status: BenchmarkStatus | None) -> list[GaugeMetricFamily]:
+    """Prometheus gauge families of the last benchmark, per level (label `concurrency`)."""
     if status is None:
         return []
-    levels = status.get("levels") or []
     families = []
-    for name, doc, key, scale in LEVEL_GAUGES:
+    for name, doc, field_name, scale in LEVEL_GAUGES:
         family = GaugeMetricFamily(name, f"last benchmark: {doc}", labels=["concurrency"])
-        for level in levels:
-            value = level.get(key)
-            if isinstance(value, int | float) and not isinstance(value, bool):
-                family.add_metric([str(level["concurrency"])], float(value) * scale)
+        for level in status.levels:
+            value = getattr(level, field_name)
+            if value is not None:
+                family.add_metric([str(level.concurrency)], float(value) * scale)
         families.append(family)
     completed = GaugeMetricFamily(
         "glm5svc_bench_completed_ratio",
         "last benchmark: completed over requested requests",
         labels=["concurrency"],
     )
-    for level in levels:
-        if level.get("requested"):
-            completed.add_metric(
-                [str(level["concurrency"])], level.get("completed", 0) / level["requested"]
-            )
+    for level in status.levels:
+        if level.requested:
+            completed.add_metric([str(level.concurrency)], level.completed / level.requested)
     families.append(completed)
     below = GaugeMetricFamily(
         "glm5svc_bench_below_baseline",
         "1 when the last benchmark was below its baseline beyond the threshold",
-        value=1.0 if status.get("below_baseline") else 0.0,
+        value=1.0 if status.below_baseline else 0.0,
     )
     families.append(below)
     return families

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from glm5svc.records import RecordError, StatusDocument
+
 
 @dataclass
 class Fetched:
@@ -79,27 +81,27 @@ class FleetView:
         }
 
 
-def engine_port(status: dict[str, Any]) -> int | None:
+def engine_port(status: StatusDocument) -> int | None:
     """The engine's --port from the launch plan in a replica's /status."""
-    argv = ((status or {}).get("launch_plan") or {}).get("argv") or []
-    for flag, value in zip(argv, argv[1:], strict=False):
-        if flag == "--port" and str(value).isdigit():
-            return int(value)
-    return None
+    value = status.launch_plan.flag_value("--port") if status.launch_plan else None
+    return int(value) if value is not None and value.isdigit() else None
 
 
 def replica_row(status_url: str, fetched: Fetched) -> ReplicaRow:
-    if not isinstance(fetched.document, dict) or fetched.http_status != 200:
+    if fetched.document is None or fetched.http_status != 200:
         return ReplicaRow(status_url, reachable=False, reason=fetched.error or "no /status")
-    status = fetched.document
+    try:
+        status = StatusDocument.from_dict(fetched.document)
+    except RecordError as exc:
+        return ReplicaRow(status_url, reachable=False, reason=f"not a glm5svc /status: {exc}")
     host = urlsplit(status_url).hostname
     port = engine_port(status)
     return ReplicaRow(
         status_url,
         reachable=True,
-        ready=bool(status.get("ready")),
-        phase=status.get("phase"),
-        reason=status.get("ready_reason"),
+        ready=status.ready,
+        phase=status.phase,
+        reason=status.ready_reason,
         engine_url=_url(host, port) if host and port else None,
     )
 

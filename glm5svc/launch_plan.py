@@ -31,6 +31,7 @@ from glm5svc.gpus import GpuFacts, detect_gpus, parse_compute_capability
 from glm5svc.model_info import ModelFacts, read_model_facts
 from glm5svc.multinode import multinode_notes, multinode_rows, tensor_parallel_size
 from glm5svc.profiles import SglangVersion, StackProfile, load_profile, sglang_version
+from glm5svc.records import PlanSummary, SglangInstall
 from glm5svc.sglang_flags import (
     FORBIDDEN_FLAGS,
     deprecation_note,
@@ -114,25 +115,25 @@ class LaunchPlan:
     def sglang_version(self) -> str:
         return self.sglang.version
 
-    def summary(self) -> dict:
-        return {
-            "argv": self.argv,
+    def summary(self) -> PlanSummary:
+        return PlanSummary(
+            argv=tuple(self.argv),
             # Values from server.env may be secrets: /status and result files show names only.
-            "env": {
+            env={
                 e.name: e.value or "" if e.source == "plan" else SECRET_PLACEHOLDER
                 for e in self.entries
                 if e.kind == "env"
             },
-            "sglang_version": self.sglang.label,
-            "sglang": self.sglang.to_dict(),
-            "profile": self.profile.name,
-            "target": self.target.name,
-            "model_architecture": self.model.architecture,
-            "tp_size": int(self.flag_value("--tp-size") or 0),
-            "gpus": self.gpus.to_dict(),
-            "warnings": list(self.warnings),
-            "notes": list(self.notes),
-        }
+            sglang_version=self.sglang.label,
+            sglang=SglangInstall(self.sglang.version, self.sglang.installed, self.sglang.detail),
+            profile=self.profile.name,
+            target=self.target.name,
+            model_architecture=self.model.architecture,
+            tp_size=int(self.flag_value("--tp-size") or 0),
+            gpus=self.gpus.to_dict(),
+            warnings=tuple(self.warnings),
+            notes=tuple(self.notes),
+        )
 
     def explain(self) -> str:
         profile, target = self.profile, self.target

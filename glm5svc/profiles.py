@@ -139,9 +139,6 @@ class SglangVersion:
     def label(self) -> str:
         return self.version if self.installed else f"{self.version} (profile, not installed)"
 
-    def to_dict(self) -> dict:
-        return {"version": self.version, "installed": self.installed, "detail": self.detail}
-
 
 def sglang_version(profile: StackProfile, installed: str | None, detail: str) -> SglangVersion:
     """`installed` (from the venv's metadata) if there is one, else the profile's pin."""

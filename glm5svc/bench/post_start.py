@@ -2,18 +2,19 @@
 /metrics gauges (labelled by concurrency).
 
     summary = run_post_start_benchmark(config, sampler=sampler, on_progress=cb)
-    summary.to_status()                     # for /status (its gauges: glm5svc.benchmark_gauges)
+    summary.to_status()                     # a BenchmarkStatus (glm5svc.records) for /status
     should_degrade(config, summary)         # below baseline and configured to degrade
 
 `post_start_hook(context)` adapts this to the supervisor's post-READY hook protocol
 (context.config, context.engine_url, context.stop_requested, context.log, and the
 launched plan's summary, context.launch_plan, which the results record) and returns a
-JSON-able dict. `run_post_start_benchmark(context)` does the same, for hooks that pass the
-context to it directly.
+BenchmarkStatus (glm5svc.records). `run_post_start_benchmark(context)` does the same, for
+hooks that pass the context to it directly.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -23,6 +24,7 @@ from glm5svc.bench.results import BenchSummary
 from glm5svc.bench.runner import BenchEvent, ProgressCallback
 from glm5svc.bench.sweep import Judgement, run_benchmark
 from glm5svc.config import READ_KEY_FILE
+from glm5svc.records import BenchmarkStatus, PlanSummary
 
 POST_START_KIND = "post-start"
 
@@ -34,7 +36,7 @@ def run_post_start_benchmark(
     *,
     base_url: str | None = None,
     stop_event: threading.Event | None = None,
-    launch_plan: dict[str, Any] | None = None,
+    launch_plan: PlanSummary | None = None,
     api_key: str | None | object = READ_KEY_FILE,
 ) -> BenchSummary:
     """Run benchmark.post_start's ladder against the server; write results under
@@ -67,9 +69,9 @@ def should_degrade(config: Any, summary: BenchSummary) -> bool:
     return bool(config.benchmark.post_start.degrade_below_baseline and summary.below_baseline)
 
 
-def post_start_hook(context: Any) -> dict[str, Any]:
-    """The supervisor's post-READY hook: run, then return the /status dict (with the
-    headline figures under "summary" and "degraded")."""
+def post_start_hook(context: Any) -> BenchmarkStatus:
+    """The supervisor's post-READY hook: run, then return the /status record (with the
+    headline figures in `summary`, and `degraded`)."""
     log: Callable[[str], None] = getattr(context, "log", None) or (lambda message: None)
 
     def progress(event: BenchEvent) -> None:
@@ -85,14 +87,15 @@ def post_start_hook(context: Any) -> dict[str, Any]:
         launch_plan=getattr(context, "launch_plan", None),
         api_key=getattr(context, "api_key", READ_KEY_FILE),
     )
-    return status_dict(context.config, summary)
+    return benchmark_status(context.config, summary)
 
 
-def status_dict(config: Any, summary: BenchSummary) -> dict[str, Any]:
-    status = summary.to_status()
-    status["summary"] = headline(summary)
-    status["degraded"] = should_degrade(config, summary)
-    return status
+def benchmark_status(config: Any, summary: BenchSummary) -> BenchmarkStatus:
+    return dataclasses.replace(
+        summary.to_status(),
+        summary=headline(summary),
+        degraded=should_degrade(config, summary),
+    )
 
 
 def headline(summary: BenchSummary) -> dict[str, float]:

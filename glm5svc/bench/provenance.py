@@ -11,6 +11,7 @@ from typing import Any
 from glm5svc import __version__
 from glm5svc.fleet import fetch_json
 from glm5svc.launch_plan import plan_for_service
+from glm5svc.records import PlanSummary, to_dict
 
 _SGLANG_VERSION = (
     "import importlib.metadata as m\n"
@@ -68,18 +69,18 @@ def launch_plan_summary(config: Any) -> Any:
     if config is None:
         return None
     try:
-        return plan_for_service(config).summary()
+        return to_dict(plan_for_service(config).summary())
     except Exception as exc:  # guarded on purpose: provenance must never fail a run
         return {"unavailable": f"{type(exc).__name__}: {exc}"}
 
 
-def _installed_version(launch_plan: Any, python: str, config: Any) -> str | None:
+def _installed_version(launch_plan: PlanSummary | None, python: str, config: Any) -> str | None:
     """The launched plan's sglang when bench_serving runs in the server's own interpreter:
     read once by serve, not again here."""
-    sglang = launch_plan.get("sglang") if isinstance(launch_plan, dict) else None
     same_python = config is not None and str(python) == str(config.server.python)
-    if same_python and isinstance(sglang, dict) and sglang.get("installed"):
-        return sglang.get("version")
+    sglang = launch_plan.sglang if launch_plan is not None else None
+    if same_python and sglang is not None and sglang.installed:
+        return sglang.version
     return None
 
 
@@ -111,12 +112,12 @@ def collect(
     sampler: Any = None,
     config: Any = None,
     plan: Any = None,
-    launch_plan: dict[str, Any] | None = None,
+    launch_plan: PlanSummary | None = None,
 ) -> dict[str, Any]:
     """`launch_plan`: the summary of the plan the service launched (the post-start
     benchmark); without it (`glm5svc bench` by hand) the plan is built here and says so."""
     launched = launch_plan is not None
-    recorded = launch_plan if launched else launch_plan_summary(config)
+    recorded = to_dict(launch_plan) if launched else launch_plan_summary(config)
     return {
         "target": target_facts(getattr(plan, "base_url", None), getattr(plan, "api_key", None)),
         "date": datetime.now(UTC).isoformat(timespec="seconds"),

@@ -7,6 +7,7 @@ from typing import Any
 
 from glm5svc.bench.power import LevelTelemetry, unavailable
 from glm5svc.bench.serving_figures import LevelMetrics
+from glm5svc.records import BenchmarkLevel, BenchmarkStatus
 
 SUMMARY_SCHEMA = "glm5svc.bench.summary/1"
 
@@ -130,29 +131,29 @@ class BenchSummary:
             results_dir=data.get("results_dir"),
         )
 
-    def to_status(self) -> dict[str, Any]:
+    def to_status(self) -> BenchmarkStatus:
         """A compact view for the service's /status."""
         knee = self.verdicts.get("knee") or {}
         underused = self.verdicts.get("underused") or {}
         baseline = self.verdicts.get("baseline") or {}
-        return {
-            "run_id": self.run_id,
-            "kind": self.kind,
-            "started_at": self.started_at,
-            "finished_at": self.finished_at,
-            "results_dir": self.results_dir,
-            "complete": self.completed_ladder,
-            "stopped_reason": self.stopped_reason,
-            "telemetry": self.telemetry_status,
-            "below_baseline": self.below_baseline,
-            "baseline": baseline.get("name"),
-            "knee_concurrency": knee.get("concurrency"),
-            "gpus_underused": underused.get("underused"),
-            "levels": [_status_level(lv, baseline) for lv in self.levels],
-        }
+        return BenchmarkStatus(
+            run_id=self.run_id,
+            kind=self.kind,
+            started_at=self.started_at,
+            finished_at=self.finished_at,
+            results_dir=self.results_dir,
+            complete=self.completed_ladder,
+            stopped_reason=self.stopped_reason,
+            telemetry=self.telemetry_status,
+            below_baseline=self.below_baseline,
+            baseline=baseline.get("name"),
+            knee_concurrency=knee.get("concurrency"),
+            gpus_underused=underused.get("underused"),
+            levels=tuple(_status_level(lv, baseline) for lv in self.levels),
+        )
 
 
-def _status_level(level: LevelResult, baseline: dict[str, Any]) -> dict[str, Any]:
+def _status_level(level: LevelResult, baseline: dict[str, Any]) -> BenchmarkLevel:
     m = level.metrics
     change = next(
         (
@@ -162,16 +163,16 @@ def _status_level(level: LevelResult, baseline: dict[str, Any]) -> dict[str, Any
         ),
         None,
     )
-    return {
-        "concurrency": level.concurrency,
-        "completed": level.completed,
-        "requested": level.requested,
-        "total_tok_s": m.total_throughput if m else None,
-        "output_tok_s": m.output_throughput if m else None,
-        "request_per_s": m.request_throughput if m else None,
-        "median_ttft_ms": m.latency("ttft") if m else None,
-        "median_itl_ms": m.latency("itl") if m else None,
-        "joules_per_output_token": level.telemetry.joules_per_output_token,
-        "mean_power_share": level.telemetry.mean_power_share,
-        "vs_baseline_pct": change,
-    }
+    return BenchmarkLevel(
+        concurrency=level.concurrency,
+        completed=level.completed,
+        requested=level.requested,
+        total_tok_s=m.total_throughput if m else None,
+        output_tok_s=m.output_throughput if m else None,
+        request_per_s=m.request_throughput if m else None,
+        median_ttft_ms=m.latency("ttft") if m else None,
+        median_itl_ms=m.latency("itl") if m else None,
+        joules_per_output_token=level.telemetry.joules_per_output_token,
+        mean_power_share=level.telemetry.mean_power_share,
+        vs_baseline_pct=change,
+    )

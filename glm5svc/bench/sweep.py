@@ -22,6 +22,7 @@ from glm5svc.bench.runner import ProgressCallback, run_ladder
 from glm5svc.bench.verdicts import all_verdicts
 from glm5svc.errors import ConfigError, Glm5Error
 from glm5svc.json_output import now_utc
+from glm5svc.records import PlanSummary
 from glm5svc.telemetry import Sampler
 
 
@@ -116,7 +117,7 @@ def run_benchmark(
     on_progress: ProgressCallback | None = None,
     run_dir: Path | None = None,
     should_stop: Callable[[], bool] | None = None,
-    launch_plan: dict[str, Any] | None = None,
+    launch_plan: PlanSummary | None = None,
 ) -> BenchSummary:
     """`launch_plan`: the summary of the plan the service launched, recorded as the run's
     provenance (else the plan is built from `config` here)."""
@@ -206,7 +207,7 @@ def _nothing_measured(reason: str, levels: list, plan: BenchPlan) -> str:
 
 
 def _prepare(
-    plan: BenchPlan, sampler: Any, config: Any, launch_plan: dict[str, Any] | None
+    plan: BenchPlan, sampler: Any, config: Any, launch_plan: PlanSummary | None
 ) -> dict[str, Any]:
     facts = provenance.collect(plan.python, sampler, config, plan, launch_plan)
     try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from glm5svc.config import load_config, rules_of
 from glm5svc.json_output import emit
 from glm5svc.launch_plan import plan_for_service
+from glm5svc.records import to_dict
 
 
 def register(subparsers):
@@ -25,7 +26,7 @@ def run(args) -> int:
     with rules_of(args.config):
         plan = plan_for_service(config)
     if args.json:
-        emit(args.json_schema, plan.summary())
+        emit(args.json_schema, to_dict(plan.summary()))
     elif args.explain:
         print(plan.explain())
     else:

@@ -13,6 +13,7 @@ from glm5svc.cli_options import Range, add_number
 from glm5svc.config import MAX_SECONDS, FleetSection, load_config, read_api_key
 from glm5svc.errors import ConfigError, Glm5Error
 from glm5svc.json_output import emit, schema_name
+from glm5svc.records import BenchmarkStatus, Diagnosis, RecordError, StatusDocument
 
 EXIT_NOT_READY = 1
 EXIT_UNREACHABLE = 3  # LSB: "program is not running"
@@ -22,18 +23,6 @@ RESET_HINT = (
     '  if systemd gave up restarting it ("Start request repeated too quickly"): '
     "`systemctl reset-failed glm5 && systemctl start glm5`"
 )
-# Fields `render` reads, with the types a glm5svc /status document has.
-DOCUMENT_FIELDS = {
-    "ready": bool,
-    "phase": str,
-    "probes": dict,
-    "diagnosis": list,
-    "previous_run": dict,
-    "benchmark": dict,
-    "plan_warnings": list,
-    "launch_plan": dict,
-    "drain": dict,
-}
 
 
 def register(subparsers):
@@ -95,18 +84,18 @@ def run(args) -> int:
             f"{url} answered something that is not JSON ({exc})",
             problems=[other_program(service.listen_port)],
         ) from None
-    problem = document_problem(status)
-    if problem:
+    try:
+        document = StatusDocument.from_dict(status)
+    except RecordError as exc:
         raise NotAStatus(
-            f"{url} answered JSON that is not a glm5svc status: {problem}",
+            f"{url} answered JSON that is not a glm5svc status: {exc}",
             problems=[other_program(service.listen_port)],
-        )
-    ready = status["ready"] is True
+        ) from None
     if args.json:
-        emit(args.json_schema, status, ok=ready)
+        emit(args.json_schema, document.to_dict(), ok=document.ready)
     else:
-        print(render(status))
-    return 0 if ready else EXIT_NOT_READY
+        print(render(document))
+    return 0 if document.ready else EXIT_NOT_READY
 
 
 class Unreachable(Glm5Error):
@@ -119,18 +108,6 @@ class NotAStatus(Glm5Error):
 
 def other_program(port: int) -> str:
     return f"is another program listening on service.listen_port {port}?"
-
-
-def document_problem(status) -> str | None:
-    """Why `status` is not a /status document glm5svc serve writes (None when it is)."""
-    if not isinstance(status, dict):
-        return f"a {type(status).__name__}, not an object"
-    for name, kind in DOCUMENT_FIELDS.items():
-        value = status.get(name)
-        required = name in ("ready", "phase")
-        if (value is None and required) or (value is not None and not isinstance(value, kind)):
-            return f"'{name}' is {value!r}, expected a {kind.__name__}"
-    return None
 
 
 def run_fleet(args) -> int:
@@ -164,89 +141,84 @@ def run_fleet(args) -> int:
     return exit_status
 
 
-def render(status: dict) -> str:
-    phase, text = status.get("phase"), status.get("status")
+def render(status: StatusDocument) -> str:
+    phase, text = status.phase, status.status
     lines = [
-        f"glm5svc {status.get('version', '?')}: {phase}" + (f" — {text}" if text != phase else ""),
-        f"  ready: {'yes' if status.get('ready') else 'no'} ({status.get('ready_reason')})",
-        f"  wrapper pid {status.get('pid')}, server pid {status.get('engine_pid')}, "
-        f"up {_duration(status.get('uptime_s'))}",
+        f"glm5svc {status.version or '?'}: {phase}" + (f" — {text}" if text != phase else ""),
+        f"  ready: {'yes' if status.ready else 'no'} ({status.ready_reason})",
+        f"  wrapper pid {status.pid}, server pid {status.engine_pid}, "
+        f"up {_duration(status.uptime_s)}",
     ]
-    plan = status.get("launch_plan") or {}
-    if plan.get("sglang_version"):
+    plan = status.launch_plan
+    if plan is not None and plan.sglang_version:
         lines.append(
-            f"  sglang {plan['sglang_version']}, target {plan.get('target')}, "
-            f"profile {plan.get('profile')}, {plan.get('tp_size')} GPU(s)"
+            f"  sglang {plan.sglang_version}, target {plan.target}, "
+            f"profile {plan.profile}, {plan.tp_size} GPU(s)"
         )
-    if status.get("startup_seconds") is not None:
-        lines.append(f"  start-up took {_duration(status['startup_seconds'])}")
-    elif status.get("load_percent") is not None:
-        lines.append(f"  loading weights: {status['load_percent']}%")
-    if status.get("kv_pool_tokens") is not None:
-        lines.append(f"  KV pool: {status['kv_pool_tokens']} tokens")
-    probes = status.get("probes") or {}
-    lines.append(
-        f"  probes: {probes.get('total', 0)} sent, {probes.get('failures_total', 0)} failed "
-        f"({probes.get('consecutive_failures', 0)} in a row); engine progress "
-        f"{_duration(probes.get('last_progress_age_s'))} ago"
-    )
-    if probes.get("last_error"):
-        lines.append(f"  last probe error: {probes['last_error']}")
-    for diagnosis in status.get("diagnosis") or []:
+    if status.startup_seconds is not None:
+        lines.append(f"  start-up took {_duration(status.startup_seconds)}")
+    elif status.load_percent is not None:
+        lines.append(f"  loading weights: {status.load_percent}%")
+    if status.kv_pool_tokens is not None:
+        lines.append(f"  KV pool: {status.kv_pool_tokens} tokens")
+    probes = status.probes
+    if probes is not None:
+        lines.append(
+            f"  probes: {probes.total} sent, {probes.failures_total} failed "
+            f"({probes.consecutive_failures} in a row); engine progress "
+            f"{_duration(probes.last_progress_age_s)} ago"
+        )
+        if probes.last_error:
+            lines.append(f"  last probe error: {probes.last_error}")
+    else:
+        lines.append("  probes: 0 sent, 0 failed (0 in a row); engine progress ? ago")
+    for diagnosis in status.diagnosis:
         lines += _diagnosis_lines(diagnosis)
-    drain = status.get("drain")
+    drain = status.drain
     if drain:
         lines.append(
-            f"  drain: {drain.get('in_flight')} request(s) in flight "
-            f"(at the stop {drain.get('in_flight_at_start')}, most {drain.get('most_in_flight')}), "
-            f"{_duration(drain.get('seconds'))}"
-            + (f", {drain['outcome']}" if drain.get("outcome") else "")
+            f"  drain: {drain.in_flight} request(s) in flight "
+            f"(at the stop {drain.in_flight_at_start}, most {drain.most_in_flight}), "
+            f"{_duration(drain.seconds)}" + (f", {drain.outcome}" if drain.outcome else "")
         )
-    previous = status.get("previous_run")
-    if previous and previous.get("exit_status"):
-        lines.append(f"  previous run: exit {previous['exit_status']}: {previous.get('message')}")
+    previous = status.previous_run
+    if previous and previous.exit_status:
+        lines.append(f"  previous run: exit {previous.exit_status}: {previous.message}")
         lines.append(RESET_HINT)
-        for diagnosis in previous.get("diagnosis") or []:
+        for diagnosis in previous.diagnosis:
             lines += _diagnosis_lines(diagnosis, indent="    ")
-    bench = status.get("benchmark")
-    if status.get("benchmark_running"):
+    if status.benchmark_running:
         lines.append("  post-start benchmark: running")
-    elif isinstance(bench, dict):
-        lines += _benchmark_lines(bench)
-    for warning in status.get("plan_warnings") or []:
+    elif status.benchmark is not None:
+        lines += _benchmark_lines(status.benchmark)
+    for warning in status.plan_warnings:
         lines.append(f"  plan warning: {warning}")
     return "\n".join(lines)
 
 
-def _benchmark_lines(bench: dict) -> list[str]:
+def _benchmark_lines(bench: BenchmarkStatus) -> list[str]:
     """The post-start benchmark in words: failed, stopped, or its best level's figures."""
-    where = f" (results: {bench['results_dir']})" if bench.get("results_dir") else ""
-    if bench.get("error"):
+    where = f" (results: {bench.results_dir})" if bench.results_dir else ""
+    if bench.error:
         return [
-            f"  post-start benchmark: failed: {bench['error']}",
+            f"  post-start benchmark: failed: {bench.error}",
             "    the service serves on; `journalctl -u glm5 -e` has its log, "
             "`glm5svc bench` runs it by hand",
         ]
-    summary = bench.get("summary")
-    figures = summary if isinstance(summary, dict) else {}
-    shown = ", ".join(
-        f"{name}={value:,.1f}"
-        for name, value in figures.items()
-        if isinstance(value, int | float) and not isinstance(value, bool)
-    )
-    if bench.get("stopped_reason"):
-        text = f"stopped: {bench['stopped_reason']}" + (f"; before it: {shown}" if shown else "")
+    shown = ", ".join(f"{name}={value:,.1f}" for name, value in bench.summary.items())
+    if bench.stopped_reason:
+        text = f"stopped: {bench.stopped_reason}" + (f"; before it: {shown}" if shown else "")
     else:
         text = shown or "no level measured"
     return [f"  post-start benchmark: {text}{where}"]
 
 
-def _diagnosis_lines(d: dict, indent: str = "  ") -> list[str]:
+def _diagnosis_lines(d: Diagnosis, indent: str = "  ") -> list[str]:
     return [
-        f"{indent}diagnosis: {d.get('title')} [{d.get('id')}]",
-        f"{indent}  evidence: {d.get('evidence')}",
-        f"{indent}  cause: {d.get('cause')}",
-        f"{indent}  fix: {d.get('fix')}",
+        f"{indent}diagnosis: {d.title} [{d.id}]",
+        f"{indent}  evidence: {d.evidence}",
+        f"{indent}  cause: {d.cause}",
+        f"{indent}  fix: {d.fix}",
     ]
 
 

@@ -2,22 +2,20 @@
 
 A port already taken makes the engine die with "address already in use" after minutes
 of loading (or, worse, another server's answers look like ours); an engine reachable
-beyond loopback without an API key serves anyone. `glm5svc serve` records each run in
-LAST_RUN_FILE (results_dir); the KV pool that run got is shown here, as a reference for
-the next start.
+beyond loopback without an API key serves anyone. `glm5svc serve` records each run
+(glm5svc.records LastRun, in results_dir); the KV pool that run got is shown here, as a
+reference for the next start.
 """
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 from pathlib import Path
 
 from glm5svc.config import exposure_warning
 from glm5svc.port_owners import holders, port_listened
 from glm5svc.preflight.rows import FAIL, OK, WARN, CheckRow, PreflightContext
-
-LAST_RUN_FILE = "serve-last-run.json"
+from glm5svc.records import LAST_RUN_FILE, LastRun, RecordError
 
 
 def check_ports(ctx: PreflightContext) -> list[CheckRow]:
@@ -57,22 +55,22 @@ def check_exposure(ctx: PreflightContext) -> list[CheckRow]:
 
 
 def check_last_run(ctx: PreflightContext) -> list[CheckRow]:
-    """One row when the last run recorded its KV pool; none otherwise."""
-    path = Path(ctx.config.service.results_dir) / LAST_RUN_FILE
+    """One row when the last run recorded its KV pool, a warning when its record is not
+    one; none otherwise."""
     try:
-        record = json.loads(path.read_text())
-    except (OSError, ValueError):
+        record = LastRun.read(ctx.config.service.results_dir)
+    except RecordError as exc:
+        return [CheckRow("last run's record", WARN, str(exc))]
+    if record is None or record.kv_pool_tokens is None:
         return []
-    tokens = record.get("kv_pool_tokens") if isinstance(record, dict) else None
-    if not isinstance(tokens, int):
-        return []
-    ended = _moment(record.get("ended_at"))
+    ended = _moment(record.ended_at)
     when = ended.strftime(" ended %Y-%m-%d %H:%M UTC") if ended else ""
     return [
         CheckRow(
             "last run's KV pool",
             OK,
-            f"{tokens} tokens (exit status {record.get('exit_status')}{when}; {path})",
+            f"{record.kv_pool_tokens} tokens (exit status {record.exit_status}{when}; "
+            f"{Path(ctx.config.service.results_dir) / LAST_RUN_FILE})",
         )
     ]
 

@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from glm5svc.errors import EXIT_CONFIG
+from glm5svc.records import Diagnosis as DiagnosisRecord
 
 EXIT_ENGINE_FAILED = 1
 
@@ -225,16 +226,16 @@ class Diagnosis:
     signature: Signature
     evidence: str  # the first log line that matched
 
-    def to_dict(self) -> dict:
+    def to_record(self) -> DiagnosisRecord:
         sig = self.signature
-        return {
-            "id": sig.id,
-            "title": sig.title,
-            "cause": sig.cause,
-            "fix": sig.fix,
-            "needs_operator": sig.needs_operator,
-            "evidence": self.evidence,
-        }
+        return DiagnosisRecord(
+            id=sig.id,
+            title=sig.title,
+            cause=sig.cause,
+            fix=sig.fix,
+            evidence=self.evidence,
+            needs_operator=sig.needs_operator,
+        )
 
     def render(self) -> str:
         sig = self.signature

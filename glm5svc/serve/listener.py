@@ -10,7 +10,6 @@ write, so half-sent requests cannot pile up threads in `serve`.
 
 from __future__ import annotations
 
-import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -104,7 +103,7 @@ def _make_handler(listener: HealthListener):
                 ok, reason = listener.state.readiness()
                 self._text(200 if ok else 503, reason + "\n")
             elif path == "/status":
-                body = json.dumps(listener.state.snapshot(), indent=2, default=str) + "\n"
+                body = listener.state.snapshot().to_json() + "\n"
                 self._send(200, body.encode(), "application/json")
             elif path == "/metrics":
                 body, content_type = exposition(listener.registry, self.headers.get("Accept"))

@@ -26,44 +26,43 @@ class ServiceCollector(Collector):
 
     def collect(self):
         snap = self.state.snapshot()
-        yield _gauge("glm5svc_ready", "1 when the engine serves and passes checks", snap["ready"])
-        yield _gauge("glm5svc_draining", "1 while stopping", snap["draining"])
-        yield _gauge("glm5svc_wedged", "1 when probes fail with no engine progress", snap["wedged"])
+        yield _gauge("glm5svc_ready", "1 when the engine serves and passes checks", snap.ready)
+        yield _gauge("glm5svc_draining", "1 while stopping", snap.draining)
+        yield _gauge("glm5svc_wedged", "1 when probes fail with no engine progress", snap.wedged)
         phase = GaugeMetricFamily(
             "glm5svc_phase", "current phase (1 for the current one)", labels=["phase"]
         )
         for value in Phase:
-            phase.add_metric([value.value], 1.0 if value.value == snap["phase"] else 0.0)
+            phase.add_metric([value.value], 1.0 if value.value == snap.phase else 0.0)
         yield phase
-        if snap["startup_seconds"] is not None:
-            yield _gauge("glm5svc_startup_seconds", "start to READY", snap["startup_seconds"])
-        if snap["load_percent"] is not None:
+        if snap.startup_seconds is not None:
+            yield _gauge("glm5svc_startup_seconds", "start to READY", snap.startup_seconds)
+        if snap.load_percent is not None:
             yield _gauge(
                 "glm5svc_load_progress_ratio",
                 "weight loading progress (0-1)",
-                snap["load_percent"] / 100.0,
+                snap.load_percent / 100.0,
             )
-        yield _gauge("glm5svc_uptime_seconds", "time since glm5svc serve started", snap["uptime_s"])
-        probes = snap["probes"]
-        yield _counter("glm5svc_probes", "health probes sent to the engine", probes["total"])
-        yield _counter("glm5svc_probe_failures", "failed health probes", probes["failures_total"])
+        yield _gauge("glm5svc_uptime_seconds", "time since glm5svc serve started", snap.uptime_s)
+        probes = snap.probes
+        yield _counter("glm5svc_probes", "health probes sent to the engine", probes.total)
+        yield _counter("glm5svc_probe_failures", "failed health probes", probes.failures_total)
         yield _gauge(
             "glm5svc_probe_consecutive_failures",
             "failed probes in a row",
-            probes["consecutive_failures"],
+            probes.consecutive_failures,
         )
         yield _gauge(
             "glm5svc_engine_progress_age_seconds",
             "time since the engine last showed progress",
-            probes["last_progress_age_s"],
+            probes.last_progress_age_s,
         )
         yield _counter(
-            "glm5svc_engine_restarts", "engine restarts seen by this process", snap["restarts_seen"]
+            "glm5svc_engine_restarts", "engine restarts seen by this process", snap.restarts_seen
         )
-        yield _gauge("glm5svc_degraded", "1 when below the benchmark baseline", snap["degraded"])
-        benchmark = snap["benchmark"]
-        if isinstance(benchmark, dict) and "levels" in benchmark:
-            yield from bench_metrics_families(benchmark)
+        yield _gauge("glm5svc_degraded", "1 when below the benchmark baseline", snap.degraded)
+        if snap.benchmark is not None and snap.benchmark.error is None:
+            yield from bench_metrics_families(snap.benchmark)
 
 
 def _gauge(name: str, doc: str, value) -> GaugeMetricFamily:

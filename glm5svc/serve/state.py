@@ -1,4 +1,5 @@
-"""The supervisor's state: written only by the supervision loop, read by /status and /metrics.
+"""The supervisor's state: written only by the supervision loop, read by /status and /metrics
+(through `snapshot()`, a glm5svc.records StatusDocument).
 
 Probe, output-reader and hook threads never write it: they report on the loop's
 queue and the loop decides (the TGI launcher's discipline). The lock is for readers
@@ -11,10 +12,18 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 from glm5svc import __version__
 from glm5svc.json_output import iso_utc
+from glm5svc.records import (
+    BenchmarkStatus,
+    Diagnosis,
+    DrainReport,
+    LastRun,
+    PlanSummary,
+    ProbeStatus,
+    StatusDocument,
+)
 from glm5svc.serve.phases import Phase
 
 
@@ -94,13 +103,13 @@ class SupervisorState:
         self.unresponsive = False
         self.stopped_pids: list[int] = []  # engine processes frozen by SIGSTOP
         self.engine_ready_line = False  # our own child printed "fired up"
-        self.drain: dict[str, Any] | None = None
-        self.diagnosis: list[dict] = []
-        self.previous_run: dict | None = None
+        self.drain: DrainReport | None = None
+        self.diagnosis: list[Diagnosis] = []
+        self.previous_run: LastRun | None = None
         self.engine_starts = 0
-        self.launch_plan: dict | None = None
+        self.launch_plan: PlanSummary | None = None
         self.plan_warnings: list[str] = []
-        self.benchmark: dict | None = None
+        self.benchmark: BenchmarkStatus | None = None
         self.benchmark_running = False
         self.last_error: str | None = None
         # Each turn of the supervision loop; /livez reports the loop, not the listener.
@@ -127,7 +136,7 @@ class SupervisorState:
     @property
     def degraded(self) -> bool:
         """Below the benchmark baseline, when configured to say so: still ready."""
-        return bool(isinstance(self.benchmark, dict) and self.benchmark.get("degraded"))
+        return self.benchmark is not None and self.benchmark.degraded
 
     def degraded_reason(self) -> str:
         return "degraded: post-start benchmark below its baseline" if self.degraded else ""
@@ -155,54 +164,54 @@ class SupervisorState:
                 return False, f"not ready yet: {self.status_text}"
             return True, f"ready: {self.status_text}"
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> StatusDocument:
         """The /status document."""
         now = time.monotonic()
         with self.lock:
             ready, reason = self.readiness()
             health = self.health
-            return {
-                "service": "glm5svc",
-                "version": __version__,
-                "phase": self.phase.value,
-                "status": self.status_text,
-                "ready": ready,
-                "ready_reason": reason,
-                "draining": self.draining,
-                "wedged": self.wedged,
-                "unresponsive": self.unresponsive,
-                "stopped_pids": list(self.stopped_pids),
-                "drain": dict(self.drain) if self.drain else None,
-                "degraded": self.degraded,
-                "pid": os.getpid(),
-                "engine_pid": self.engine_pid,
-                "engine_exit_status": self.engine_exit_status,
-                "started_at": iso_utc(self.started_at),
-                "uptime_s": round(now - self.started_mono, 3),
-                "engine_uptime_s": (
+            return StatusDocument(
+                service="glm5svc",
+                version=__version__,
+                phase=self.phase.value,
+                status=self.status_text,
+                ready=ready,
+                ready_reason=reason,
+                draining=self.draining,
+                wedged=self.wedged,
+                unresponsive=self.unresponsive,
+                stopped_pids=tuple(self.stopped_pids),
+                drain=self.drain,
+                degraded=self.degraded,
+                pid=os.getpid(),
+                engine_pid=self.engine_pid,
+                engine_exit_status=self.engine_exit_status,
+                started_at=iso_utc(self.started_at),
+                uptime_s=round(now - self.started_mono, 3),
+                engine_uptime_s=(
                     round(now - self.engine_started_mono, 3) if self.engine_started_mono else None
                 ),
-                "startup_seconds": self.startup_seconds,
-                "load_percent": self.load_percent,
-                "kv_pool_tokens": self.kv_pool_tokens,
-                "engine_starts": self.engine_starts,
-                "restarts_seen": max(self.engine_starts - 1, 0),
-                "previous_run": self.previous_run,
-                "probes": {
-                    "total": health.probes_total,
-                    "failures_total": health.probe_failures_total,
-                    "consecutive_failures": health.consecutive_failures,
-                    "last_ok_age_s": (
+                startup_seconds=self.startup_seconds,
+                load_percent=self.load_percent,
+                kv_pool_tokens=self.kv_pool_tokens,
+                engine_starts=self.engine_starts,
+                restarts_seen=max(self.engine_starts - 1, 0),
+                previous_run=self.previous_run,
+                probes=ProbeStatus(
+                    total=health.probes_total,
+                    failures_total=health.probe_failures_total,
+                    consecutive_failures=health.consecutive_failures,
+                    last_ok_age_s=(
                         round(now - health.last_probe_ok_at, 3) if health.last_probe_ok_at else None
                     ),
-                    "last_error": health.last_probe_error,
-                    "last_progress_age_s": round(now - health.last_progress_at, 3),
-                    "engine_counters": dict(health.counters),
-                },
-                "diagnosis": list(self.diagnosis),
-                "last_error": self.last_error,
-                "launch_plan": self.launch_plan,
-                "plan_warnings": list(self.plan_warnings),
-                "benchmark": self.benchmark,
-                "benchmark_running": self.benchmark_running,
-            }
+                    last_error=health.last_probe_error,
+                    last_progress_age_s=round(now - health.last_progress_at, 3),
+                    engine_counters=dict(health.counters),
+                ),
+                diagnosis=tuple(self.diagnosis),
+                last_error=self.last_error,
+                launch_plan=self.launch_plan,
+                plan_warnings=tuple(self.plan_warnings),
+                benchmark=self.benchmark,
+                benchmark_running=self.benchmark_running,
+            )

@@ -9,11 +9,10 @@ its ready line (or, at log levels that hide it, passed /health_generate), holds 
 port and returns text from one real generation. WATCHDOG=1 comes from this loop and stops
 when the engine is dead or wedged. Every way out of `run()` ends the engine's process group.
 
-Stopping is sglang's own drain: SIGTERM to the launcher only (sglang 0.5.11's
-`SignalHandler.sigterm_handler` sets `gracefully_exit`, answers /health 503, waits
-until no request is left, then kills its own process tree). A SIGTERM to the whole
-group instead kills the scheduler at once and sglang cuts every request in flight.
-The group is SIGKILLed only after `service.drain_timeout_s`.
+Stopping is sglang's own drain (glm5svc.serve.drain): SIGTERM to the launcher only. A
+SIGTERM to the whole group instead kills the scheduler at once and sglang cuts every
+request in flight. The group is SIGKILLed only after `service.drain_timeout_s`. How the
+run ended is recorded for the next start, preflight and tune (glm5svc.records LastRun).
 
 Longer than 400 lines: one loop owns the state; its transitions (start, phases, probes,
 watchdog, drain) and the events that drive them are one state machine, read together.
@@ -21,7 +20,6 @@ watchdog, drain) and the events that drive them are one state machine, read toge
 
 from __future__ import annotations
 
-import json
 import os
 import queue
 import signal
@@ -31,22 +29,32 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 from glm5svc.atomic_file import write_atomic
 from glm5svc.config import Config
 from glm5svc.errors import EXIT_CONFIG
 from glm5svc.json_output import now_utc
 from glm5svc.port_owners import holders
-from glm5svc.preflight.service import LAST_RUN_FILE
+from glm5svc.records import LAST_RUN_FILE, BenchmarkStatus, LastRun, PlanSummary, RecordError
 from glm5svc.redaction import Redactor
 from glm5svc.serve.diagnosis import EXIT_ENGINE_FAILED, diagnose, exit_status_for
+from glm5svc.serve.drain import Drain, DrainStep, drain_seconds, in_flight
+from glm5svc.serve.events import (
+    DrainCounters,
+    EngineLine,
+    Event,
+    HealthPassed,
+    HealthProbed,
+    HookFinished,
+    OutputClosed,
+    ReadinessChecked,
+    SignalReceived,
+)
 from glm5svc.serve.notify import Notifier, child_environment
 from glm5svc.serve.phases import (
     PRIORITY_ERR,
     PRIORITY_INFO,
     PRIORITY_WARNING,
-    LineInfo,
     Phase,
     later_startup_phase,
     parse_line,
@@ -62,10 +70,7 @@ EXTEND_MIN_INTERVAL_S = 1.0
 LOOP_TICK_S = 0.1
 # Probes failing this many times in a row with no engine progress: out of rotation.
 UNRESPONSIVE_AFTER_FAILURES = 3
-DRAIN_POLL_S = 0.5
 DRAIN_FIRST_READ_S = 1.0
-WATCHDOG_ABORT_DRAIN_S = 2.0
-KILL_WAIT_S = 10.0
 LAUNCHER_REAP_WAIT_S = 5.0  # after its group emptied; a live launcher would still be in it
 # sglang logs the ready line at INFO: with a quieter --log-level it never appears.
 LOG_LEVELS_WITH_READY_LINE = ("debug", "info")
@@ -82,7 +87,7 @@ class Launch:
 
     argv: list[str]
     env: dict[str, str]
-    summary: dict | None = None
+    summary: PlanSummary | None = None
     warnings: tuple[str, ...] = ()
     api_key: str | None = None
 
@@ -97,71 +102,14 @@ class PostReadyContext:
     stop_requested: threading.Event
     log: Callable[[str], None]
     sampler: object | None = None  # the service's GPU telemetry sampler, shared
-    launch_plan: dict | None = None  # the summary of the plan this service launched
+    launch_plan: PlanSummary | None = None  # the summary of the plan this service launched
     api_key: str | None = None  # the key the service read once (for the hook's requests)
 
 
-# hook(context) -> JSON-able dict shown in /status "benchmark" and exported on /metrics
-# (glm5svc.benchmark_gauges.bench_metrics_families); "degraded": true marks the service
-# degraded, not unready. Exceptions are reported, never fatal.
-PostReadyHook = Callable[[PostReadyContext], dict | None]
-
-
-# ----- what the threads report to the loop ------------------------------------------
-
-
-@dataclass(frozen=True)
-class EngineLine:
-    info: LineInfo
-    at: float
-
-
-@dataclass(frozen=True)
-class OutputClosed:
-    at: float
-
-
-@dataclass(frozen=True)
-class ReadinessChecked:
-    health: ProbeResult
-    port: ProbeResult | None = None
-    generation: ProbeResult | None = None
-    at: float = 0.0
-
-
-@dataclass(frozen=True)
-class HealthPassed:
-    """Start-up: sglang is up (its ready line, or /health_generate); the generation check
-    comes next."""
-
-
-@dataclass(frozen=True)
-class HealthProbed:
-    counters_before: dict | None
-    result: ProbeResult
-    counters_after: dict | None
-    at: float
-
-
-@dataclass(frozen=True)
-class DrainCounters:
-    counters: dict | None
-    at: float
-
-
-@dataclass(frozen=True)
-class HookFinished:
-    result: dict | None
-
-
-@dataclass(frozen=True)
-class SignalReceived:
-    signum: int
-
-
-@dataclass(frozen=True)
-class ChildChanged:
-    pass
+# hook(context) -> what /status shows in "benchmark" and /metrics exports
+# (glm5svc.benchmark_gauges); its `degraded` marks the service degraded, not unready.
+# Exceptions are reported, never fatal.
+PostReadyHook = Callable[[PostReadyContext], BenchmarkStatus | None]
 
 
 @dataclass
@@ -173,20 +121,6 @@ class _Timers:
     next_frozen_check: float = 0.0
     probe_thread: threading.Thread | None = None
     progress_percents: dict[str, int] = field(default_factory=dict)
-
-
-@dataclass
-class _Drain:
-    signal_name: str
-    started: float
-    deadline: float
-    in_flight_at_start: int | None = None  # sglang's count just before its SIGTERM
-    last_in_flight: int | None = None
-    most_in_flight: int | None = None  # requests sent straight to the engine port still count
-    last_reading: dict | None = None
-    killed_at: float | None = None
-    next_poll: float = 0.0
-    poll_thread: threading.Thread | None = None
 
 
 class Supervisor:
@@ -223,7 +157,8 @@ class Supervisor:
         self.output_closed = threading.Event()
         self.reader: OutputReader | None = None
         self._timers = _Timers(last_progress=time.monotonic())
-        self._drain: _Drain | None = None
+        self._drain: Drain | None = None
+        self._drain_poll_thread: threading.Thread | None = None
         self._exit_status: int | None = None
 
     # ----- entry point -------------------------------------------------------------
@@ -283,22 +218,24 @@ class Supervisor:
             except queue.Empty:
                 return
 
-    def _handle(self, event) -> None:
-        if isinstance(event, EngineLine):
-            self._on_engine_line(event)
-        elif isinstance(event, SignalReceived):
-            self._on_signal(event.signum)
-        elif isinstance(event, ReadinessChecked):
-            self._on_readiness(event)
-        elif isinstance(event, HealthPassed):
-            self._on_health_passed()
-        elif isinstance(event, HealthProbed):
-            self._on_health(event)
-        elif isinstance(event, DrainCounters):
-            self._on_drain_counters(event)
-        elif isinstance(event, HookFinished):
-            self._on_hook_finished(event.result)
-        # OutputClosed and ChildChanged only wake the loop; _tick looks at the process.
+    def _handle(self, event: Event) -> None:
+        match event:
+            case EngineLine():
+                self._on_engine_line(event)
+            case SignalReceived(signum):
+                self._on_signal(signum)
+            case ReadinessChecked():
+                self._on_readiness(event)
+            case HealthPassed():
+                self._on_health_passed()
+            case HealthProbed():
+                self._on_health(event)
+            case DrainCounters():
+                self._on_drain_counters(event)
+            case HookFinished(result):
+                self._on_hook_finished(result)
+            case _:  # OutputClosed only wakes the loop; _tick looks at the process.
+                pass
 
     def _tick(self, now: float) -> None:
         self.state.beat()
@@ -516,11 +453,11 @@ class Supervisor:
         try:
             result = self.post_ready_hook(context)
         except Exception as exc:  # a failed benchmark must not take the service down
-            result = {"error": f"{type(exc).__name__}: {exc}"}
+            result = BenchmarkStatus.failed(f"{type(exc).__name__}: {exc}")
             self.log(f"post-start benchmark failed: {exc}", PRIORITY_WARNING)
         self.events.put(HookFinished(result))
 
-    def _on_hook_finished(self, result: dict | None) -> None:
+    def _on_hook_finished(self, result: BenchmarkStatus | None) -> None:
         with self.state.lock:
             self.state.benchmark = result
             self.state.benchmark_running = False
@@ -621,7 +558,7 @@ class Supervisor:
         with self.state.lock:
             self.state.engine_exit_status = engine_code
             self.state.ready = False
-            self.state.diagnosis = [d.to_dict() for d in diagnoses]
+            self.state.diagnosis = [d.to_record() for d in diagnoses]
             self.state.last_error = message
         summary = diagnoses[0].signature.title if diagnoses else "no known failure signature"
         self._set_phase(Phase.FAILED, f"failed: {message}; {summary}")
@@ -642,63 +579,54 @@ class Supervisor:
     # ----- stopping: sglang's own drain ----------------------------------------------
 
     def _begin_stop(self, sig: int, now: float) -> None:
-        name = signal.Signals(sig).name
-        if sig == signal.SIGQUIT:
-            drain_s = 0.0
-        elif sig == signal.SIGABRT:  # systemd's watchdog: the engine is wedged already
-            drain_s = WATCHDOG_ABORT_DRAIN_S
-        elif self.state.wedged or self.state.unresponsive or self.state.stopped_pids:
-            # Nothing will finish (sglang itself force-exits when its health check failed).
-            drain_s = min(WATCHDOG_ABORT_DRAIN_S, self.service.drain_timeout_s)
-        else:
-            drain_s = self.service.drain_timeout_s
-        in_flight = None
+        hopeless = self.state.wedged or self.state.unresponsive or bool(self.state.stopped_pids)
+        drain_s = drain_seconds(sig, self.service.drain_timeout_s, hopeless=hopeless)
+        count = None
         if self.state.ready and drain_s > 0:  # sglang's own count, before it starts draining
-            in_flight = self._in_flight(self.client.progress_counters(DRAIN_FIRST_READ_S))
-        self._drain = _Drain(name, now, now + drain_s, in_flight, in_flight, in_flight)
+            count = in_flight(self.client.progress_counters(DRAIN_FIRST_READ_S))
+        drain = self._drain = Drain.begin(sig, now, drain_s, count)
         with self.state.lock:
             self.state.draining = True
             self.state.ready = False
-            self.state.drain = self._drain_report(now)
+            self.state.drain = drain.report(now)
         text = f"draining (up to {drain_s:g} s)"
         self._set_phase(Phase.DRAINING, text)
         self.notifier.stopping(text)
         if drain_s > 0:
             self.log(
-                f"received {name}: draining; SIGTERM to the server's launcher (pid "
+                f"received {drain.signal_name}: draining; SIGTERM to the server's launcher (pid "
                 f"{self.engine.pid}) only, which finishes the requests in flight and ends its "
                 f"own processes; SIGKILL to the group after {drain_s:g} s"
             )
             self.engine.signal_launcher(signal.SIGTERM)
         else:
-            self.log(f"received {name}: stopping now, no drain (SIGKILL to the server's group)")
+            self.log(
+                f"received {drain.signal_name}: stopping now, no drain (SIGKILL to the "
+                "server's group)"
+            )
 
     def _drain_step(self, now: float) -> None:
         drain = self._drain
         members = self.engine.group_members()
-        if not members:
-            self._exit_status = self._drained(now)
-            return
-        if drain.killed_at is None and now >= drain.deadline:
-            still = drain.last_in_flight
-            self.log(
-                f"drain time over after {now - drain.started:.1f} s "
-                f"(service.drain_timeout_s); {_count(still)} request(s) still in flight; "
-                f"SIGKILL to the server's process group {members}",
-                PRIORITY_WARNING,
-            )
-            drain.killed_at = now
-            self.engine.signal_group(signal.SIGCONT)
-            self.engine.signal_group(signal.SIGKILL)
-        elif drain.killed_at is not None and now - drain.killed_at > KILL_WAIT_S:
-            self._exit_status = self._drained(now, survivors=members)
-            return
-        if drain.killed_at is None and now >= drain.next_poll and not _alive(drain.poll_thread):
-            drain.next_poll = now + DRAIN_POLL_S
-            drain.poll_thread = threading.Thread(
-                target=self._drain_poll, name="drain-probe", daemon=True
-            )
-            drain.poll_thread.start()
+        match drain.step(now, not members, _alive(self._drain_poll_thread)):
+            case DrainStep.DONE:
+                self._exit_status = self._drained(now)
+            case DrainStep.GIVE_UP:
+                self._exit_status = self._drained(now, survivors=members)
+            case DrainStep.KILL:
+                self.log(
+                    f"drain time over after {now - drain.started:.1f} s "
+                    f"(service.drain_timeout_s); {_count(drain.last_in_flight)} request(s) "
+                    f"still in flight; SIGKILL to the server's process group {members}",
+                    PRIORITY_WARNING,
+                )
+                self.engine.signal_group(signal.SIGCONT)
+                self.engine.signal_group(signal.SIGKILL)
+            case DrainStep.POLL:
+                self._drain_poll_thread = threading.Thread(
+                    target=self._drain_poll, name="drain-probe", daemon=True
+                )
+                self._drain_poll_thread.start()
 
     def _drain_poll(self) -> None:
         counters = self.client.progress_counters(min(self.service.probe_timeout_s, 2.0))
@@ -708,25 +636,13 @@ class Supervisor:
         drain = self._drain
         if drain is None or event.counters is None:
             return
-        in_flight = self._in_flight(event.counters)
-        if drain.in_flight_at_start is None:
-            drain.in_flight_at_start = in_flight
-        if in_flight is not None and (drain.most_in_flight or 0) <= in_flight:
-            drain.most_in_flight = in_flight
-        drain.last_reading = event.counters
-        if in_flight != drain.last_in_flight:
-            drain.last_in_flight = in_flight
-            running = int(event.counters.get("sglang:num_running_reqs", 0))
-            queued = int(event.counters.get("sglang:num_queue_reqs", 0))
-            text = (
-                f"draining: {in_flight} request(s) in flight ({running} running, {queued} "
-                f"queued), {event.at - drain.started:.1f} s"
-            )
+        text = drain.counters(event.counters, event.at)
+        if text is not None:
             self.log(text)
             self._set_phase(Phase.DRAINING, text)
             self.notifier.status(text)
         with self.state.lock:
-            self.state.drain = self._drain_report(event.at)
+            self.state.drain = drain.report(event.at)
 
     def _drained(self, now: float, survivors: list[int] | None = None) -> int:
         drain = self._drain
@@ -735,50 +651,19 @@ class Supervisor:
         # launcher has many), and waitpid answers only once the last one is gone.
         code = self.engine.poll() if survivors else self.engine.wait(LAUNCHER_REAP_WAIT_S)
         self.output_closed.wait(2.0)
-        seconds = now - drain.started
         left = len(survivors or [])
-        if survivors:
-            outcome = f"survivors: {survivors}"
-        elif drain.killed_at is not None:
-            outcome = "killed"
-        else:
-            outcome = "drained"
+        outcome = drain.outcome(survivors)
         with self.state.lock:
             self.state.engine_exit_status = code
-            self.state.drain = self._drain_report(now, outcome, left)
+            self.state.drain = drain.report(now, outcome, left)
         self.log(
-            f"drain finished ({outcome}) in {seconds:.1f} s: requests in flight when the stop "
-            f"came: {_count(drain.in_flight_at_start)}, most seen while draining: "
-            f"{_count(drain.most_in_flight)}, at the last reading: "
-            f"{_count(drain.last_in_flight)}; {_launcher_exit(code)}; processes left: {left}"
+            f"{drain.summary(now, outcome, left)}; {_launcher_exit(code)}; processes left: {left}"
         )
         self._set_phase(Phase.STOPPED, f"stopped (server {outcome})")
         self.log(f"server stopped: {outcome}")
-        watchdog_abort = drain.signal_name == "SIGABRT"
-        status = EXIT_ENGINE_FAILED if watchdog_abort or survivors else 0
+        status = EXIT_ENGINE_FAILED if drain.watchdog_abort or survivors else 0
         self._write_last_run(status, f"stopped by {drain.signal_name}: {outcome}")
         return status
-
-    def _drain_report(self, now: float, outcome: str | None = None, left: int | None = None):
-        drain = self._drain
-        return {
-            "signal": drain.signal_name,
-            "seconds": round(now - drain.started, 3),
-            "deadline_s": round(drain.deadline - drain.started, 3),
-            "in_flight_at_start": drain.in_flight_at_start,
-            "most_in_flight": drain.most_in_flight,
-            "in_flight": drain.last_in_flight,
-            "killed": drain.killed_at is not None,
-            "outcome": outcome,
-            "processes_left": left,
-        }
-
-    @staticmethod
-    def _in_flight(counters: dict | None) -> int | None:
-        if not counters or "sglang:num_running_reqs" not in counters:
-            return None
-        running = counters.get("sglang:num_running_reqs", 0.0)
-        return int(running + counters.get("sglang:num_queue_reqs", 0.0))
 
     def _end_group_on_exit(self) -> None:
         """Whatever ended the loop (an exception included), no engine process stays behind."""
@@ -821,8 +706,8 @@ class Supervisor:
             self.log(f"received {signal.Signals(signum).name}: ignored (stop with SIGTERM)")
             return
         if self._drain is not None:
-            if signum == signal.SIGQUIT and self._drain.killed_at is None:
-                self._drain.deadline = time.monotonic()  # SIGQUIT during a drain: cut it
+            if signum == signal.SIGQUIT:
+                self._drain.cut(time.monotonic())
             return
         if self.stop_signal is None:
             self.stop_signal = signum
@@ -835,30 +720,26 @@ class Supervisor:
         for sig in (*STOP_SIGNALS, *IGNORED_SIGNALS, signal.SIGCHLD):
             signal.signal(sig, report)
 
-    def _last_run_path(self) -> Path:
-        return Path(self.service.results_dir) / LAST_RUN_FILE
-
-    def _read_last_run(self) -> dict | None:
+    def _read_last_run(self) -> LastRun | None:
         try:
-            return json.loads(self._last_run_path().read_text())
-        except (OSError, ValueError):
+            return LastRun.read(self.service.results_dir)
+        except RecordError as exc:
+            self.log(f"the last run's record is unreadable: {exc}", PRIORITY_WARNING)
             return None
 
     def _write_last_run(self, status: int, message: str) -> None:
-        previous = self.state.previous_run or {}
-        failures = previous.get("failed_runs_in_a_row", 0) + 1 if status else 0
-        record: dict[str, Any] = {
-            "ended_at": now_utc(),
-            "exit_status": status,
-            "message": message,
-            "diagnosis": self.state.diagnosis,
-            "failed_runs_in_a_row": failures,
-            "drain": self.state.drain,
-            "kv_pool_tokens": self.state.kv_pool_tokens,
-        }
-        path = self._last_run_path()
+        record = LastRun.following(
+            self.state.previous_run,
+            ended_at=now_utc(),
+            exit_status=status,
+            message=message,
+            diagnosis=tuple(self.state.diagnosis),
+            drain=self.state.drain,
+            kv_pool_tokens=self.state.kv_pool_tokens,
+        )
+        path = Path(self.service.results_dir) / LAST_RUN_FILE
         try:
-            write_atomic(path, json.dumps(record, indent=2), mode=0o600)
+            write_atomic(path, record.to_json(), mode=0o600)
         except OSError as exc:
             self.log(f"cannot record this run in {path}: {exc.strerror}", PRIORITY_WARNING)
 

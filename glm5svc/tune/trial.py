@@ -28,7 +28,7 @@ from glm5svc.bench.plan import BenchPlan
 from glm5svc.bench.runner import run_level
 from glm5svc.config import Config, connect_host, read_api_key
 from glm5svc.parent_death import die_with_parent
-from glm5svc.preflight.service import LAST_RUN_FILE
+from glm5svc.records import LastRun, RecordError, StatusDocument
 from glm5svc.serve.phases import parse_line
 from glm5svc.serve.probes import EngineClient
 from glm5svc.tune.diagnosis import GaugeSample, diagnose_run
@@ -284,11 +284,9 @@ def _wait_ready(request: TrialRequest, serve: subprocess.Popen) -> tuple[str, st
 def _kv_pool_from_status(config: Config) -> int | None:
     try:
         with urllib.request.urlopen(_listener_url(config, "/status"), timeout=5) as response:
-            status = json.loads(response.read())
-    except (urllib.error.URLError, OSError, ValueError):
+            return StatusDocument.from_json(response.read()).kv_pool_tokens
+    except (urllib.error.URLError, OSError, ValueError):  # RecordError is a ValueError
         return None
-    value = status.get("kv_pool_tokens") if isinstance(status, dict) else None
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _kv_pool_from_log(path: Path) -> int | None:
@@ -326,15 +324,12 @@ def _stop_serve(serve: subprocess.Popen, config: Config) -> dict[str, Any]:
 
 
 def _serve_diagnosis(config: Config) -> list[str]:
-    path = Path(config.service.results_dir) / LAST_RUN_FILE
     try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        record = LastRun.read(config.service.results_dir)
+    except RecordError as exc:
+        return [str(exc)]
+    if record is None:
         return []
-    lines = [str(record.get("message") or "")]
-    for item in record.get("diagnosis") or []:
-        if isinstance(item, dict):
-            title = item.get("title") or item.get("id") or ""
-            fix = item.get("fix") or ""
-            lines.append(f"{title}: {fix}" if fix else str(title))
+    lines = [record.message]
+    lines += [f"{d.title}: {d.fix}" if d.fix else d.title for d in record.diagnosis]
     return [line for line in lines if line]

@@ -129,8 +129,8 @@ def test_ladder_against_the_test_engine(bench_python, tiny_tokenizer, bounded_en
     assert matplotlib.image.imread(run_dir / "plot.png").shape[0] > 100
 
     status = summary.to_status()
-    assert status["below_baseline"] is True and status["knee_concurrency"] == knee["concurrency"]
-    assert [lv["concurrency"] for lv in status["levels"]] == list(LADDER)
+    assert status.below_baseline is True and status.knee_concurrency == knee["concurrency"]
+    assert [lv.concurrency for lv in status.levels] == list(LADDER)
 
     # compare: the run against itself is within threshold; against the huge baseline not.
     assert main(["bench", "compare", str(run_dir), str(run_dir), "--fail-on-regression"]) == 0
@@ -210,6 +210,7 @@ def test_post_start_hook_runs_the_short_ladder(bench_python, tiny_tokenizer, eng
 
     from glm5svc.bench.post_start import post_start_hook
     from glm5svc.config import Config
+    from glm5svc.records import BenchmarkStatus, from_dict, to_dict
 
     huge = write_baseline(tmp_path / "huge.json", {4: 1e6})
     config = Config.model_validate(
@@ -231,11 +232,11 @@ def test_post_start_hook_runs_the_short_ladder(bench_python, tiny_tokenizer, eng
         log=logged.append, state=None,
     )  # fmt: skip
     status = post_start_hook(context)
-    json.dumps(status)  # JSON-able for /status
-    assert status["kind"] == "post-start" and status["complete"]
-    assert status["levels"][0]["completed"] == 8 and status["degraded"] is True
-    assert status["summary"]["concurrency"] == 4.0
-    assert "telemetry.enabled: false" in status["telemetry"]
-    assert Path(status["results_dir"]).name.endswith("-post-start")
-    assert (Path(status["results_dir"]) / "summary.json").is_file()
+    assert from_dict(BenchmarkStatus, json.loads(json.dumps(to_dict(status)))) == status
+    assert status.kind == "post-start" and status.complete
+    assert status.levels[0].completed == 8 and status.degraded is True
+    assert status.summary["concurrency"] == 4.0
+    assert "telemetry.enabled: false" in status.telemetry
+    assert Path(status.results_dir).name.endswith("-post-start")
+    assert (Path(status.results_dir) / "summary.json").is_file()
     assert any("concurrency 4" in line for line in logged)

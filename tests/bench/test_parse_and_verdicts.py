@@ -9,7 +9,7 @@ import pytest
 
 from glm5svc.bench.baselines import load_baseline, shipped_baselines
 from glm5svc.bench.plan import plan_from_config
-from glm5svc.bench.post_start import headline, status_dict
+from glm5svc.bench.post_start import benchmark_status, headline
 from glm5svc.bench.power import LevelTelemetry, unavailable
 from glm5svc.bench.results import BenchSummary, LevelResult
 from glm5svc.bench.serving_figures import BenchLineError, parse_bench_line
@@ -17,6 +17,7 @@ from glm5svc.bench.verdicts import compare_with_baseline, find_knee, gpus_underu
 from glm5svc.benchmark_gauges import bench_metrics_families
 from glm5svc.config import Config, parse_config
 from glm5svc.errors import ConfigError
+from glm5svc.records import BenchmarkStatus, from_dict, to_dict
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -152,12 +153,14 @@ def test_status_metrics_and_degraded_for_the_service():
     summary = summary_of([level(64, 700, 100, share=0.2)], regressed=True)
     assert BenchSummary.from_dict(json.loads(json.dumps(summary.to_dict()))).below_baseline
     config = Config.model_validate({"benchmark": {"post_start": {"degrade_below_baseline": True}}})
-    status = status_dict(config, summary)
-    assert status["degraded"] is True and status["below_baseline"] is True
-    assert status["summary"]["total_throughput"] == 700 == headline(summary)["total_throughput"]
-    assert status["levels"][0]["vs_baseline_pct"] == pytest.approx(-65.0)
-    assert status_dict(Config(), summary)["degraded"] is False  # not configured to degrade
-    families = {f.name: f for f in bench_metrics_families(json.loads(json.dumps(status)))}
+    status = benchmark_status(config, summary)
+    assert status.degraded is True and status.below_baseline is True
+    assert status.summary["total_throughput"] == 700 == headline(summary)["total_throughput"]
+    assert status.levels[0].vs_baseline_pct == pytest.approx(-65.0)
+    assert benchmark_status(Config(), summary).degraded is False  # not configured to degrade
+    read_back = from_dict(BenchmarkStatus, json.loads(json.dumps(to_dict(status))))
+    assert read_back == status
+    families = {f.name: f for f in bench_metrics_families(read_back)}
     total = families["glm5svc_bench_total_throughput_tokens_per_second"].samples[0]
     assert total.labels == {"concurrency": "64"} and total.value == 700
     assert families["glm5svc_bench_baseline_change_ratio"].samples[0].value == pytest.approx(-0.65)

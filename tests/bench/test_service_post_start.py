@@ -116,18 +116,19 @@ def test_the_post_start_benchmark_and_status_record_the_launched_plan(
     status = run_in_process(service, lambda state: state.benchmark is not None, timeout=150)
     assert status == 0, out.getvalue()[-3000:]
     assert calls == {}, calls
-    assert service.supervisor.state.benchmark["levels"][0]["completed"] == 8  # with the key
+    benchmark = service.supervisor.state.benchmark
+    assert benchmark.levels[0].completed == 8  # with the key
 
     launched = service.supervisor.engine.argv
     assert "--disable-radix-cache" not in launched
-    assert "error" not in service.supervisor.state.benchmark, service.supervisor.state.benchmark
+    assert benchmark.error is None, benchmark
     summaries = list((tmp_path / "results" / "bench").glob("*-post-start/summary.json"))
     provenance = json.loads(summaries[0].read_text())["provenance"]
     assert provenance["launch_plan"]["argv"] == launched
     assert provenance["launch_plan_source"] == LAUNCHED
     assert provenance["launch_plan"]["sglang_version"] == "0.5.11"
-    assert service.supervisor.state.snapshot()["launch_plan"]["argv"] == launched
+    assert list(service.supervisor.state.snapshot().launch_plan.argv) == launched
     # What the record used to be: the plan built again from the configuration alone.
     rebuilt = build_launch_plan(config, gpus=SM120_X8)
     assert "--disable-radix-cache" in rebuilt.argv
-    assert rebuilt.summary()["sglang_version"] == "0.5.10.post1 (profile, not installed)"
+    assert rebuilt.summary().sglang_version == "0.5.10.post1 (profile, not installed)"

@@ -15,6 +15,7 @@ from glm5svc.bench.provenance import target_facts
 from glm5svc.cli import main
 from glm5svc.config import parse_config
 from glm5svc.errors import ConfigError
+from glm5svc.records import PlanSummary, SglangInstall, StatusDocument
 
 KEY = "fleet-key-1"
 
@@ -52,13 +53,19 @@ class Stub:
 
 
 def replica_status(ready: bool, engine_port: int, phase: str = "serving") -> dict:
-    return {
-        "service": "glm5svc",
-        "phase": phase,
-        "ready": ready,
-        "ready_reason": "ready: serving" if ready else "draining: the service is stopping",
-        "launch_plan": {"argv": ["--host", "0.0.0.0", "--port", str(engine_port)]},
-    }
+    plan = PlanSummary(
+        argv=("python", "-m", "sglang.launch_server", "--port", str(engine_port)),
+        env={},
+        sglang_version="0.5.11",
+        sglang=SglangInstall("0.5.11", True, "the venv's metadata"),
+        profile="sglang-0.5.11",
+        target="blackwell-rtx-pro-6000",
+        model_architecture=None,
+        tp_size=8,
+        gpus={},
+    )
+    reason = "ready: serving" if ready else "draining: the service is stopping"
+    return StatusDocument(ready, phase, ready_reason=reason, launch_plan=plan).to_dict()
 
 
 @pytest.fixture
@@ -136,6 +143,16 @@ def test_an_unreachable_replica_is_matched_by_its_host(fleet, capsys):
     rows = json.loads(capsys.readouterr().out)["replicas"]
     assert rows[1]["in_gateway"] == "unhealthy"
     assert rows[1]["engine_url"] == "http://127.0.0.1:30002"
+
+
+def test_a_replica_answering_another_programs_json_is_not_counted(fleet, capsys):
+    fleet["b"].routes["/status"] = (200, {"ready": "yes", "phase": "up"})
+    main(["--config", str(fleet["config"]), "status", "--fleet", "--json"])
+    row = json.loads(capsys.readouterr().out)["replicas"][1]
+    assert row["reachable"] is False and row["ready"] is False
+    assert row["reason"] == (
+        "not a glm5svc /status: StatusDocument.ready is 'yes', expected a bool"
+    )
 
 
 def test_flags_replace_the_config_and_unreachable_gateway_exits_3(fleet, capsys):

@@ -22,6 +22,7 @@ import yaml
 from glm5svc.config import config_from_mapping, read_api_key, secrets_file_text
 from glm5svc.errors import ConfigError
 from glm5svc.launch_plan import build_launch_plan
+from glm5svc.records import to_dict
 from tests.plan.test_launch_plan import SM120_X8
 
 HERE = Path(__file__).resolve().parent
@@ -123,6 +124,6 @@ def test_plan_summary_shows_server_env_names_not_values():
     """The summary is what /status and bench's summary.json (provenance) carry."""
     config = config_from_mapping({"server": {"env": {"HF_TOKEN": "hf_secret", "X": "1"}}})
     summary = build_launch_plan(config, gpus=SM120_X8).summary()
-    assert summary["env"]["HF_TOKEN"] == summary["env"]["X"] == "<secret>"
-    assert "hf_secret" not in json.dumps(summary)
-    assert summary["env"]["NCCL_P2P_LEVEL"] == "SYS"  # the plan's own values are shown
+    assert summary.env["HF_TOKEN"] == summary.env["X"] == "<secret>"
+    assert "hf_secret" not in json.dumps(to_dict(summary))
+    assert summary.env["NCCL_P2P_LEVEL"] == "SYS"  # the plan's own values are shown

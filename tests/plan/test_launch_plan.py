@@ -12,6 +12,7 @@ from glm5svc.config import Config, config_from_mapping
 from glm5svc.errors import ConfigError
 from glm5svc.gpus import GpuFacts
 from glm5svc.launch_plan import DEFAULT_SECRETS_FILE, build_launch_plan
+from glm5svc.records import to_dict
 from glm5svc.tune.render import SGLANG_PARSER_SCRIPT
 
 SM120_X8 = GpuFacts(8, (12, 0), "580.95.05", ["NVIDIA RTX PRO 6000 Blackwell"] * 8, "nvml")
@@ -160,7 +161,7 @@ def test_api_key_never_in_argv(tmp_path):
     key_file.write_text("sk-very-secret\n")
     plan = plan_for({"server": {"api_key_file": str(key_file)}})
     assert not any("sk-very-secret" in token for token in plan.argv)
-    assert "sk-very-secret" not in json.dumps(plan.summary())
+    assert "sk-very-secret" not in json.dumps(to_dict(plan.summary()))
     assert "sk-very-secret" not in plan.explain()
     assert plan.secret_files[DEFAULT_SECRETS_FILE] == "api-key: sk-very-secret\n"
     assert pairs(plan.argv)["--config"] == str(DEFAULT_SECRETS_FILE)

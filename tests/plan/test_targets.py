@@ -220,7 +220,7 @@ def test_version_is_read_from_the_target_environment(tmp_path):
     assert (sglang.version, sglang.installed, sglang.label) == ("0.5.11", True, "0.5.11")
     assert str(site) in sglang.detail
     plan = build_launch_plan(config, gpus=SM120_X8, sglang=sglang)
-    assert plan.summary()["sglang_version"] == "0.5.11"
+    assert plan.summary().sglang_version == "0.5.11"
     assert plan.explain().startswith("# sglang 0.5.11 on 8x SM120")
 
 
@@ -244,7 +244,7 @@ def test_version_falls_back_to_the_profile_labelled(tmp_path):
     assert (sglang.version, sglang.installed, nsa_fix) == ("0.5.11", False, None)
     assert sglang.label == "0.5.11 (profile, not installed)"
     plan = build_launch_plan(config, gpus=SM120_X8, sglang=sglang)
-    assert plan.summary()["sglang_version"] == "0.5.11 (profile, not installed)"
+    assert plan.summary().sglang_version == "0.5.11 (profile, not installed)"
     assert "sglang 0.5.11 (profile, not installed) on 8x SM120" in plan.explain()
 
 

@@ -71,4 +71,6 @@ def test_the_last_runs_kv_pool_is_one_info_row_when_recorded(tmp_path):
     assert row.status == OK and row.name == "last run's KV pool"
     assert row.detail.startswith("12565164 tokens (exit status 0 ended 2026-")
     (tmp_path / LAST_RUN_FILE).write_text("{not json")
-    assert check_last_run(ctx) == []
+    [row] = check_last_run(ctx)
+    assert row.status == WARN and str(tmp_path / LAST_RUN_FILE) in row.detail
+    assert "remove it" in row.detail

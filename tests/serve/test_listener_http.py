@@ -14,6 +14,7 @@ from prometheus_client.openmetrics.parser import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 
+from glm5svc.records import BenchmarkLevel, BenchmarkStatus
 from glm5svc.serve.listener import HealthListener
 from glm5svc.serve.metrics import build_registry
 from glm5svc.serve.state import SupervisorState
@@ -22,10 +23,7 @@ from testkit import fake_pynvml
 
 # A post-start benchmark whose only level measured throughput but no latency or power:
 # the families of the figures nobody measured must not appear empty.
-BENCHMARK = {
-    "below_baseline": False,
-    "levels": [{"concurrency": 8, "completed": 32, "requested": 32, "total_tok_s": 1500.0}],
-}
+BENCHMARK = BenchmarkStatus(levels=(BenchmarkLevel(8, 32, 32, total_tok_s=1500.0),))
 
 
 @pytest.fixture

@@ -31,7 +31,7 @@ def test_each_rank_prints_its_kv_pool_and_the_smallest_counts():
         "[2026-12-01 02:55:21 TP2] KV Cache is allocated. #tokens: 18214696, KV size: 69.48 GB",
     ]
     state = SupervisorState(wedge_window_s=1)
-    assert state.snapshot()["kv_pool_tokens"] is None
+    assert state.snapshot().kv_pool_tokens is None
     for line in lines:
         state.record_kv_pool(parse_line(line).kv_pool_tokens)
     assert state.kv_pool_tokens == 18210000

@@ -91,7 +91,7 @@ def test_the_kv_pool_of_a_real_server_is_read_from_its_log(log):
     scheduler = [re.search(r"max_total_num_tokens=(\d+)", line) for line in lines]
     expected = [int(found.group(1)) for found in scheduler if found]
     assert expected and state.kv_pool_tokens == expected[0]
-    assert state.snapshot()["kv_pool_tokens"] == expected[0]
+    assert state.snapshot().kv_pool_tokens == expected[0]
 
 
 def test_scheduler_killed_under_load_is_diagnosed():

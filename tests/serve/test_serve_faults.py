@@ -23,6 +23,7 @@ import pytest
 
 from glm5svc.config import load_config
 from glm5svc.serve import supervisor as supervisor_module
+from glm5svc.serve.drain import Drain
 from glm5svc.serve.process import live_group_members
 from glm5svc.serve.relay import StderrSink
 from glm5svc.serve.service import build_service
@@ -293,7 +294,7 @@ def test_drain_report_waits_for_the_launchers_exit_status(tmp_path, monkeypatch)
     assert supervisor.engine.group_members() == [] and supervisor.engine.poll() is None
     now = time.monotonic()
     # 64 in flight at the stop, 72 once requests sent to the engine port joined, 8 last.
-    supervisor._drain = supervisor_module._Drain("SIGTERM", now - 9, now + 21, 64, 8, 72)
+    supervisor._drain = Drain("SIGTERM", now - 9, now + 21, 64, 8, 72)
     supervisor.output_closed.set()
     supervisor._drain_step(now)
     assert supervisor._exit_status == 0
@@ -304,7 +305,7 @@ def test_drain_report_waits_for_the_launchers_exit_status(tmp_path, monkeypatch)
         "status 0; processes left: 0"
     )
     assert supervisor.state.engine_exit_status == 0
-    assert supervisor.state.drain["most_in_flight"] == 72
+    assert supervisor.state.drain.most_in_flight == 72
 
 
 def test_livez_stays_alive_during_a_drain_longer_than_the_stale_limit(tmp_path, monkeypatch):

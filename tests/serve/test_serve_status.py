@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 from glm5svc.commands.status import render
+from glm5svc.records import DrainReport, StatusDocument
 from tests.serve.conftest import REPO
 
 
@@ -81,14 +82,14 @@ def test_status_command_shows_the_previous_runs_diagnosis(serve, tmp_path):
 
 
 def test_status_names_the_phase_once_and_its_text_only_when_it_says_more():
-    same = render({"version": "1", "phase": "serving", "status": "serving", "ready": True})
+    same = render(StatusDocument(True, "serving", version="1", status="serving"))
     assert same.splitlines()[0] == "glm5svc 1: serving"
-    loading = render({"version": "1", "phase": "loading", "status": "loading: weights 40%"})
+    loading = render(StatusDocument(False, "loading", version="1", status="loading: weights 40%"))
     assert loading.splitlines()[0] == "glm5svc 1: loading — loading: weights 40%"
 
 
 def test_status_shows_the_drain_as_the_real_h200_run_went():
     # sglang 0.5.11 on an H200: 64 running at the stop, 72 once 8 more reached the engine port.
-    drain = {"in_flight_at_start": 64, "most_in_flight": 72, "in_flight": 8, "seconds": 7.5}
-    text = render({"version": "1", "phase": "draining", "status": "draining", "drain": drain})
+    drain = DrainReport("SIGTERM", 7.5, 30.0, in_flight_at_start=64, most_in_flight=72, in_flight=8)
+    text = render(StatusDocument(False, "draining", version="1", status="draining", drain=drain))
     assert "drain: 8 request(s) in flight (at the stop 64, most 72)" in text

@@ -14,6 +14,7 @@ import pytest
 
 from glm5svc.cli import main
 from glm5svc.commands.status import render
+from glm5svc.records import StatusDocument
 from glm5svc.serve.listener import MAX_CONNECTIONS, REQUEST_TIMEOUT_S
 from testkit.engine import free_port
 
@@ -38,8 +39,9 @@ def answering(body: bytes):
     ("body", "code", "said"),
     [
         (b"[1, 2]", 4, "a list, not an object"),
-        (b'{"ready": "no", "phase": "serving"}', 4, "'ready' is 'no', expected a bool"),
-        (b'{"ready": true, "phase": "serving", "probes": [1]}', 4, "'probes'"),
+        (b'{"ready": "no", "phase": "serving"}', 4, "ready is 'no', expected a bool"),
+        (b'{"ready": true, "phase": "serving", "probes": [1]}', 4, "probes is a list"),
+        (b'{"schema": "glm5svc.status/9", "ready": true, "phase": "x"}', 4, "upgrade glm5svc"),
         (b"<html>nginx</html>", 4, "not JSON"),
         (b'{"ready": false, "phase": "loading"}', 1, "ready: no"),
         (b'{"ready": true, "phase": "serving"}', 0, "ready: yes"),
@@ -110,14 +112,15 @@ def test_half_sent_requests_cannot_pile_up_threads(serve):
             "stopped: server died (results: /r/1)",
         ),
         (
-            {"summary": {"total_throughput": 1234.5, "concurrency": 64.0}, "levels": [{"a": 1}]},
+            {"summary": {"total_throughput": 1234.5, "concurrency": 64.0}, "levels": []},
             "total_throughput=1,234.5, concurrency=64.0",
         ),
         ({"summary": {}, "levels": []}, "no level measured"),
     ],
 )
 def test_status_says_the_post_start_benchmark_in_words(benchmark, said):
-    text = render({"ready": True, "phase": "serving", "benchmark": benchmark})
+    document = {"ready": True, "phase": "serving", "benchmark": benchmark}
+    text = render(StatusDocument.from_dict(document))
     line = next(x for x in text.splitlines() if "post-start benchmark" in x)
     assert said in line
     assert "{" not in text and "'" not in line  # never a raw Python dict

@@ -1,0 +1,144 @@
+"""sglang's own drain, as the supervision loop follows it: begin, step, counters, outcome.
+
+A `Drain` holds what one stop has seen (the requests in flight when the stop came, the
+most seen, the last reading, when the group was killed) and says what is due next; the
+supervision loop decides and acts on it (signals, logs, systemd, the last-run record).
+
+Stopping is SIGTERM to the launcher only (sglang 0.5.11's `SignalHandler.sigterm_handler`
+sets `gracefully_exit`, answers /health 503, waits until no request is left, then kills
+its own process tree). The group is SIGKILLed only after the drain's deadline.
+"""
+
+from __future__ import annotations
+
+import enum
+import signal
+from dataclasses import dataclass
+
+from glm5svc.records import DrainReport
+
+DRAIN_POLL_S = 0.5
+WATCHDOG_ABORT_DRAIN_S = 2.0
+KILL_WAIT_S = 10.0
+
+
+class DrainStep(enum.Enum):
+    """What is due at this turn of the loop."""
+
+    WAIT = "wait"  # the group is still draining; nothing to do now
+    POLL = "poll"  # read sglang's counters again
+    KILL = "kill"  # the deadline passed: SIGKILL the group
+    DONE = "done"  # the group is empty
+    GIVE_UP = "give up"  # killed, and still not empty after KILL_WAIT_S
+
+
+def drain_seconds(sig: int, timeout_s: float, *, hopeless: bool) -> float:
+    """How long a stop by `sig` drains: none for SIGQUIT, a moment for systemd's watchdog
+    (SIGABRT: the engine is wedged already) and for an engine nothing will finish in
+    (wedged, unresponsive or frozen; sglang itself force-exits then), else the limit."""
+    if sig == signal.SIGQUIT:
+        return 0.0
+    if sig == signal.SIGABRT:
+        return WATCHDOG_ABORT_DRAIN_S
+    if hopeless:
+        return min(WATCHDOG_ABORT_DRAIN_S, timeout_s)
+    return timeout_s
+
+
+def in_flight(counters: dict | None) -> int | None:
+    """Requests running plus queued, from sglang's gauges; None without them."""
+    if not counters or "sglang:num_running_reqs" not in counters:
+        return None
+    running = counters.get("sglang:num_running_reqs", 0.0)
+    return int(running + counters.get("sglang:num_queue_reqs", 0.0))
+
+
+@dataclass
+class Drain:
+    signal_name: str
+    started: float
+    deadline: float
+    in_flight_at_start: int | None = None  # sglang's count just before its SIGTERM
+    last_in_flight: int | None = None
+    most_in_flight: int | None = None  # requests sent straight to the engine port still count
+    killed_at: float | None = None
+    next_poll: float = 0.0
+
+    @classmethod
+    def begin(cls, sig: int, now: float, drain_s: float, in_flight_now: int | None) -> Drain:
+        name = signal.Signals(sig).name
+        return cls(name, now, now + drain_s, in_flight_now, in_flight_now, in_flight_now)
+
+    @property
+    def killed(self) -> bool:
+        return self.killed_at is not None
+
+    @property
+    def watchdog_abort(self) -> bool:
+        return self.signal_name == "SIGABRT"
+
+    def cut(self, now: float) -> None:
+        """SIGQUIT during a drain: the deadline is now."""
+        if not self.killed:
+            self.deadline = now
+
+    def step(self, now: float, group_empty: bool, polling: bool) -> DrainStep:
+        """What is due now; `polling`: a counters read is still under way."""
+        if group_empty:
+            return DrainStep.DONE
+        if not self.killed and now >= self.deadline:
+            self.killed_at = now
+            return DrainStep.KILL
+        if self.killed and now - self.killed_at > KILL_WAIT_S:
+            return DrainStep.GIVE_UP
+        if not self.killed and now >= self.next_poll and not polling:
+            self.next_poll = now + DRAIN_POLL_S
+            return DrainStep.POLL
+        return DrainStep.WAIT
+
+    def counters(self, counters: dict, at: float) -> str | None:
+        """A reading of sglang's gauges; the text to show when the count in flight moved."""
+        count = in_flight(counters)
+        if self.in_flight_at_start is None:
+            self.in_flight_at_start = count
+        if count is not None and (self.most_in_flight or 0) <= count:
+            self.most_in_flight = count
+        if count == self.last_in_flight:
+            return None
+        self.last_in_flight = count
+        running = int(counters.get("sglang:num_running_reqs", 0))
+        queued = int(counters.get("sglang:num_queue_reqs", 0))
+        return (
+            f"draining: {count} request(s) in flight ({running} running, {queued} "
+            f"queued), {at - self.started:.1f} s"
+        )
+
+    def outcome(self, survivors: list[int] | None) -> str:
+        if survivors:
+            return f"survivors: {survivors}"
+        return "killed" if self.killed else "drained"
+
+    def report(self, now: float, outcome: str | None = None, left: int | None = None):
+        return DrainReport(
+            signal=self.signal_name,
+            seconds=round(now - self.started, 3),
+            deadline_s=round(self.deadline - self.started, 3),
+            in_flight_at_start=self.in_flight_at_start,
+            most_in_flight=self.most_in_flight,
+            in_flight=self.last_in_flight,
+            killed=self.killed,
+            outcome=outcome,
+            processes_left=left,
+        )
+
+    def summary(self, now: float, outcome: str, left: int) -> str:
+        return (
+            f"drain finished ({outcome}) in {now - self.started:.1f} s: requests in flight when "
+            f"the stop came: {_count(self.in_flight_at_start)}, most seen while draining: "
+            f"{_count(self.most_in_flight)}, at the last reading: "
+            f"{_count(self.last_in_flight)}"
+        )
+
+
+def _count(value: int | None) -> str:
+    return "unknown" if value is None else str(value)
