@@ -7,6 +7,7 @@ import importlib
 import sys
 
 from glm5svc import __version__
+from glm5svc.completion import SHELLS, script
 from glm5svc.errors import Glm5Error
 from glm5svc.json_output import emit_error, schema_name
 
@@ -28,6 +29,8 @@ COMMAND_MODULES = [
     "unit",
     "validate",
 ]
+# Commands cli.py itself adds, after the modules': they need the whole parser.
+PARSER_COMMANDS = ["completion"]
 
 
 class UsageError(Glm5Error):
@@ -67,6 +70,14 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command_name", metavar="COMMAND", required=True)
     for name in [only] if only else COMMAND_MODULES:
         importlib.import_module(f"glm5svc.commands.{name}").register(subparsers)
+    if not only:  # completion needs the whole parser
+        completion = subparsers.add_parser(
+            "completion",
+            help="print the shell completion script, generated from this parser "
+            '(bash: eval "$(glm5svc completion bash)"; zsh likewise, after compinit)',
+        )
+        completion.add_argument("shell", choices=SHELLS, help="the shell the script is for")
+        completion.set_defaults(func=lambda args: print(script(parser, args.shell)))
     for path, command in json_commands(parser).items():
         command.set_defaults(json_schema=schema_name(path))
     return parser

@@ -19,7 +19,7 @@ import yaml
 from pydantic import BaseModel
 
 from glm5svc.atomic_file import write_atomic
-from glm5svc.cli import COMMAND_MODULES, build_parser
+from glm5svc.cli import COMMAND_MODULES, PARSER_COMMANDS, build_parser
 from glm5svc.cli_options import Number, config_number, subparsers_of
 from glm5svc.config import Config, example_config_path
 
@@ -163,7 +163,8 @@ def cli_reference() -> str:
         *_parser_doc(parser),
     ]
     commands = subparsers_of(parser)
-    for name in sorted(commands, key=lambda n: (COMMAND_MODULES.index(n.split()[0]), n)):
+    order = [*COMMAND_MODULES, *PARSER_COMMANDS]
+    for name in sorted(commands, key=lambda n: (order.index(n.split()[0]), n)):
         lines += ["", f"## glm5svc {name}", *_parser_doc(commands[name])]
     return "\n".join(lines) + "\n"
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -171,7 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True)
     (work / "model").mkdir()
     config = write_config(work, python, bench_python)
-    say(f"configuration {config}")
+    say(f"configuration {config}:")
+    print(config.read_text(), end="", flush=True)
     log_path = work / "serve.log"
     say(f"glm5svc serve (the test engine on 127.0.0.1), its log: {log_path}")
     with log_path.open("w") as log:
@@ -185,12 +187,12 @@ def main(argv: list[str] | None = None) -> int:
         say(f"ready after {time.monotonic() - started:.1f} s; glm5svc status:")
         print(status.stdout, end="", flush=True)
         ladder = LADDER[:1] if args.short else LADDER
-        say(f"glm5svc bench --ladder {' '.join(ladder)}")
-        bench = glm5svc(
-            python, config, "bench", "--ladder", *ladder, "--input-len", "64",
-            "--output-len", "16", "--num-prompts", "32", "--warmup-requests", "2",
-            "--baseline", "none",
-        )  # fmt: skip
+        bench_args = [
+            "bench", "--ladder", *ladder, "--input-len", "64", "--output-len", "16",
+            "--num-prompts", "32", "--warmup-requests", "2", "--baseline", "none",
+        ]  # fmt: skip
+        say(shlex.join([str(python), "-m", "glm5svc", "--config", str(config), *bench_args]))
+        bench = glm5svc(python, config, *bench_args)
         if bench.returncode != 0:
             raise SystemExit(f"try: glm5svc bench exited with {bench.returncode}")
         if args.keep_running:

@@ -65,16 +65,18 @@ class TakeOver:
         serving = who_serves(config, self.unit)
         if serving is None:
             return
+        # --take-over stops the unit only: hinting it for another process would send the
+        # operator to an option that then refuses.
+        if not unit_active(self.unit):
+            raise EngineBusy(
+                f"{serving}, and not by {self.unit}: tune cannot stop it and start it again "
+                f"(--take-over stops {self.unit} only); stop that process first"
+            )
         if not self.take_over:
             raise EngineBusy(
                 f"the engine is serving ({serving}); tune needs its GPUs. Pass --take-over to "
                 f"drain and stop {self.unit} for the tune (it is started again at the end), "
                 "or stop it yourself"
-            )
-        if not unit_active(self.unit):
-            raise EngineBusy(
-                f"{serving}, and not by {self.unit}: tune cannot stop it and start it again; "
-                "stop that process first"
             )
         self._systemctl("stop")
         self.stopped_unit = True

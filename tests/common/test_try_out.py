@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import subprocess
 from pathlib import Path
 
@@ -24,6 +25,15 @@ def test_the_try_out_serves_reports_benchmarks_and_stops_cleanly():
     assert "ready: yes" in out and "KV pool: " in out
     assert "concurrency 4: " in run.stdout + run.stderr
     assert "try: serve exited with 0; glm5svc status now exits 3" in out
+    # What it says it runs is what it runs: the configuration whole, the bench command exactly.
+    config_path = re.search(r"try: configuration (\S+):\n", out).group(1)
+    printed = out.split(f"try: configuration {config_path}:\n", 1)[1]
+    assert printed.startswith(Path(config_path).read_text())
+    said = re.search(r"^try: (\S+ -m glm5svc --config \S+ bench .*)$", out, re.MULTILINE).group(1)
+    assert shlex.split(said)[4:] == [
+        config_path, "bench", "--ladder", "4", "--input-len", "64", "--output-len", "16",
+        "--num-prompts", "32", "--warmup-requests", "2", "--baseline", "none",
+    ]  # fmt: skip
     work = Path(re.search(r"everything is in (\S+)", out).group(1))
     [summary] = (work / "results" / "bench").glob("*/summary.json")
     levels = json.loads(summary.read_text())["levels"]
