@@ -14,8 +14,12 @@ SIGTERM to the whole group instead kills the scheduler at once and sglang cuts e
 request in flight. The group is SIGKILLed only after `service.drain_timeout_s`. How the
 run ended is recorded for the next start, preflight and tune (glm5svc.records LastRun).
 
-Longer than 400 lines: one loop owns the state; its transitions (start, phases, probes,
-watchdog, drain) and the events that drive them are one state machine, read together.
+What the threads run is in serve/reporters.py, the events they report in serve/events.py,
+start-up's stall clock in serve/startup.py, the drain's bookkeeping in serve/drain.py.
+
+Longer than 400 lines: one loop owns the state and makes every decision; its transitions
+(start, phases, readiness, health, watchdog, stop, endings) are one state machine, read
+together.
 """
 
 from __future__ import annotations
@@ -25,8 +29,7 @@ import queue
 import signal
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
@@ -60,13 +63,17 @@ from glm5svc.serve.phases import (
     parse_line,
 )
 from glm5svc.serve.probes import EngineClient, ProbeResult
-from glm5svc.serve.process import EngineProcess, become_subreaper, live_group_members
+from glm5svc.serve.process import EngineProcess, become_subreaper
 from glm5svc.serve.relay import OutputReader
+from glm5svc.serve.reporters import (
+    IGNORED_SIGNALS,
+    PostReadyContext,
+    PostReadyHook,
+    Reporters,
+)
+from glm5svc.serve.startup import StartupClock
 from glm5svc.serve.state import SupervisorState
 
-# systemd gets a little more than our own stall limit, so our clear message comes first.
-EXTEND_MARGIN_S = 30.0
-EXTEND_MIN_INTERVAL_S = 1.0
 LOOP_TICK_S = 0.1
 # Probes failing this many times in a row with no engine progress: out of rotation.
 UNRESPONSIVE_AFTER_FAILURES = 3
@@ -74,9 +81,6 @@ DRAIN_FIRST_READ_S = 1.0
 LAUNCHER_REAP_WAIT_S = 5.0  # after its group emptied; a live launcher would still be in it
 # sglang logs the ready line at INFO: with a quieter --log-level it never appears.
 LOG_LEVELS_WITH_READY_LINE = ("debug", "info")
-
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGABRT)
-IGNORED_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2)
 
 
 @dataclass(frozen=True)
@@ -93,34 +97,11 @@ class Launch:
 
 
 @dataclass
-class PostReadyContext:
-    """What a post-READY hook (the post-start benchmark) gets."""
-
-    config: Config
-    engine_url: str
-    state: SupervisorState  # read only: the supervision loop is its only writer
-    stop_requested: threading.Event
-    log: Callable[[str], None]
-    sampler: object | None = None  # the service's GPU telemetry sampler, shared
-    launch_plan: PlanSummary | None = None  # the summary of the plan this service launched
-    api_key: str | None = None  # the key the service read once (for the hook's requests)
-
-
-# hook(context) -> what /status shows in "benchmark" and /metrics exports
-# (glm5svc.benchmark_gauges); its `degraded` marks the service degraded, not unready.
-# Exceptions are reported, never fatal.
-PostReadyHook = Callable[[PostReadyContext], BenchmarkStatus | None]
-
-
-@dataclass
 class _Timers:
-    last_progress: float
-    last_extend: float = 0.0
     next_probe: float = 0.0
     next_watchdog: float = 0.0
     next_frozen_check: float = 0.0
     probe_thread: threading.Thread | None = None
-    progress_percents: dict[str, int] = field(default_factory=dict)
 
 
 class Supervisor:
@@ -156,7 +137,9 @@ class Supervisor:
         self.stop_signal: int | None = None
         self.output_closed = threading.Event()
         self.reader: OutputReader | None = None
-        self._timers = _Timers(last_progress=time.monotonic())
+        self._timers = _Timers()
+        self._startup = StartupClock(self.service, notifier, last_progress=time.monotonic())
+        self.reporters = Reporters(self.events, self.client, self.engine, config)
         self._drain: Drain | None = None
         self._drain_poll_thread: threading.Thread | None = None
         self._exit_status: int | None = None
@@ -165,7 +148,7 @@ class Supervisor:
 
     def run(self) -> int:
         self.state.previous_run = self._read_last_run()
-        self._install_signal_handlers()
+        self.reporters.install_signal_handlers()
         become_subreaper()
         try:
             return self._supervise()
@@ -192,7 +175,7 @@ class Supervisor:
             self.state.engine_starts += 1
         command = " ".join(self.redactor.redact(token) for token in self.engine.argv)
         self.log(f"started the server, pid {pid} (process group {pid}): {command}")
-        self._progress(now, "starting the server", force=True)
+        self._startup.progress(now, "starting the server", force=True)
         self.reader = OutputReader(
             self.engine.stdout_fd,
             self._on_line,
@@ -269,60 +252,19 @@ class Supervisor:
     # ----- start-up ----------------------------------------------------------------
 
     def _startup_step(self, now: float) -> str | None:
-        stalled_for = now - self._timers.last_progress
-        if stalled_for > self.service.load_stall_timeout_s:
-            return (
-                f"start-up made no progress for {stalled_for:.0f} s "
-                f"(service.load_stall_timeout_s = {self.service.load_stall_timeout_s:g}) in phase "
-                f"'{self.state.phase.value}'; last status: {self.state.status_text}"
-            )
         started = self.state.engine_started_mono or now
-        if now - started > self.service.startup_timeout_s:
-            return (
-                f"the server was not ready after {now - started:.0f} s "
-                f"(service.startup_timeout_s = {self.service.startup_timeout_s:g})"
-            )
+        overdue = self._startup.overdue(
+            now, started, self.state.phase.value, self.state.status_text
+        )
+        if overdue:
+            return overdue
         # Our own child's ready line first: another server answering on the port is not ours.
         if self.expect_ready_line and not self.state.engine_ready_line:
             return None
         if now >= self._timers.next_probe and not self._probe_in_flight():
             self._timers.next_probe = now + self.service.probe_interval_s
-            self._start_probe(partial(self._readiness_check, self.state.engine_ready_line))
+            self._start_probe(partial(self.reporters.readiness_check, self.state.engine_ready_line))
         return None
-
-    def _readiness_check(self, own_ready_line: bool = False) -> None:
-        """Probe thread: is the port ours, does it answer, does it generate? Report only."""
-        timeout = self.service.probe_timeout_s
-        port = self._port_is_ours()
-        if not port.ok:
-            self.events.put(ReadinessChecked(port, at=time.monotonic()))
-            return
-        # sglang prints its ready line only after its own warm-up generation succeeded, so
-        # once our child printed it the generation check comes next. sglang 0.5.11 serves
-        # /health and /health_generate with one handler that sleeps a whole second before
-        # looking (http_server.py, health_generate): asking it would hold READY back by that
-        # second (recorded on an H200, tests/fixtures/real_engine/sglang-0.5.11-h200-drain).
-        if own_ready_line:
-            health = ProbeResult(True, "sglang's ready line (its warm-up generation passed)")
-        else:
-            health = self.client.health_generate(timeout)
-        generation = None
-        if health.ok:
-            self.events.put(HealthPassed())
-            generation = self.client.generation_check(timeout)
-        self.events.put(ReadinessChecked(health, port, generation, time.monotonic()))
-
-    def _port_is_ours(self) -> ProbeResult:
-        port = self.config.server.port
-        pgid = self.engine.pid
-        members = live_group_members(pgid) if pgid else []
-        if holders(port, members):
-            return ProbeResult(True, f"port {port} held by the engine's process group")
-        others = holders(port)
-        if others:
-            who = ", ".join(f"pid {h.pid} ({h.command})" for h in others[:3])
-            return ProbeResult(False, f"port {port} is held by another process: {who}")
-        return ProbeResult(False, f"port {port} is not bound by the engine yet")
 
     def _on_health_passed(self) -> None:
         if self.state.phase in (Phase.STARTING, Phase.LOADING, Phase.AUTOTUNE, Phase.WARMUP):
@@ -402,15 +344,7 @@ class Supervisor:
                 self.notifier.status(self.state.status_text)
         if now >= self._timers.next_probe and not self._probe_in_flight():
             self._timers.next_probe = now + self.service.probe_interval_s
-            self._start_probe(self._health_probe)
-
-    def _health_probe(self) -> None:
-        """Probe thread: counters, /health_generate, counters again on failure. Report only."""
-        timeout = self.service.probe_timeout_s
-        counters = self.client.progress_counters(min(timeout, 5.0))
-        result = self.client.health_generate(timeout)
-        counters_after = self.client.progress_counters(min(timeout, 5.0)) if not result.ok else None
-        self.events.put(HealthProbed(counters, result, counters_after, time.monotonic()))
+            self._start_probe(self.reporters.health_probe)
 
     def _on_health(self, event: HealthProbed) -> None:
         if self._drain is not None:
@@ -444,18 +378,8 @@ class Supervisor:
             self.state.launch_plan,
             self.client.api_key,
         )
-        thread = threading.Thread(
-            target=self._run_post_ready_hook, args=(context,), name="post-ready", daemon=True
-        )
-        thread.start()
-
-    def _run_post_ready_hook(self, context: PostReadyContext) -> None:
-        try:
-            result = self.post_ready_hook(context)
-        except Exception as exc:  # a failed benchmark must not take the service down
-            result = BenchmarkStatus.failed(f"{type(exc).__name__}: {exc}")
-            self.log(f"post-start benchmark failed: {exc}", PRIORITY_WARNING)
-        self.events.put(HookFinished(result))
+        hook = partial(self.reporters.post_ready_hook, self.post_ready_hook, context, self.log)
+        self.reporters.start(hook, "post-ready")
 
     def _on_hook_finished(self, result: BenchmarkStatus | None) -> None:
         with self.state.lock:
@@ -495,7 +419,7 @@ class Supervisor:
                     self.state.load_percent = info.load_percent
                     text = f"loading weights {info.load_percent}%"
                     self.state.status_text = text
-                elif info.progress_label and self._bar_moved(info):
+                elif info.progress_label and self._startup.bar_moved(info):
                     text = f"{phase.value}: {info.progress_label} {info.progress_percent}%"
                     self.state.status_text = text
                 elif info.startup_step or info.fired_up:
@@ -503,21 +427,9 @@ class Supervisor:
         if force:
             self._announce_phase(phase, None)
         if text is not None:
-            self._progress(now, text, force=force)
+            self._startup.progress(now, text, force=force)
         if info.fired_up and not self.state.ready:
             self._timers.next_probe = 0.0  # check readiness now
-
-    def _bar_moved(self, info) -> bool:
-        previous = self._timers.progress_percents.get(info.progress_label)
-        self._timers.progress_percents[info.progress_label] = info.progress_percent
-        return previous != info.progress_percent
-
-    def _progress(self, now: float, text: str, force: bool = False) -> None:
-        """Start-up moved: reset the stall clock, tell systemd (EXTEND_TIMEOUT_USEC)."""
-        self._timers.last_progress = now
-        if force or now - self._timers.last_extend >= EXTEND_MIN_INTERVAL_S:
-            self._timers.last_extend = now
-            self.notifier.extend_timeout(self.service.load_stall_timeout_s + EXTEND_MARGIN_S, text)
 
     def _on_eof(self) -> None:
         self.output_closed.set()
@@ -623,14 +535,9 @@ class Supervisor:
                 self.engine.signal_group(signal.SIGCONT)
                 self.engine.signal_group(signal.SIGKILL)
             case DrainStep.POLL:
-                self._drain_poll_thread = threading.Thread(
-                    target=self._drain_poll, name="drain-probe", daemon=True
+                self._drain_poll_thread = self.reporters.start(
+                    self.reporters.drain_counters, "drain-probe"
                 )
-                self._drain_poll_thread.start()
-
-    def _drain_poll(self) -> None:
-        counters = self.client.progress_counters(min(self.service.probe_timeout_s, 2.0))
-        self.events.put(DrainCounters(counters, time.monotonic()))
 
     def _on_drain_counters(self, event: DrainCounters) -> None:
         drain = self._drain
@@ -678,9 +585,7 @@ class Supervisor:
     # ----- helpers -----------------------------------------------------------------
 
     def _start_probe(self, target) -> None:
-        thread = threading.Thread(target=target, name="engine-probe", daemon=True)
-        self._timers.probe_thread = thread
-        thread.start()
+        self._timers.probe_thread = self.reporters.start(target, "engine-probe")
 
     def _probe_in_flight(self) -> bool:
         return _alive(self._timers.probe_thread)
@@ -712,13 +617,6 @@ class Supervisor:
         if self.stop_signal is None:
             self.stop_signal = signum
         self.stop_requested.set()
-
-    def _install_signal_handlers(self) -> None:
-        def report(signum, frame):
-            self.events.put(SignalReceived(signum))
-
-        for sig in (*STOP_SIGNALS, *IGNORED_SIGNALS, signal.SIGCHLD):
-            signal.signal(sig, report)
 
     def _read_last_run(self) -> LastRun | None:
         try:

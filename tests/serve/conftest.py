@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from glm5svc.serve import supervisor as supervisor_module
+from glm5svc.serve.events import SignalReceived
+from glm5svc.serve.reporters import IGNORED_SIGNALS, STOP_SIGNALS
 from testkit.engine import TEST_ENGINE, free_port
 from testkit.timing import scaled
 
@@ -28,7 +29,7 @@ REPO = Path(__file__).resolve().parents[2]
 @contextlib.contextmanager
 def restored_signal_handlers():
     """Supervisor.run() in the test process installs its handlers: put pytest's back."""
-    signals = (*supervisor_module.STOP_SIGNALS, *supervisor_module.IGNORED_SIGNALS, signal.SIGCHLD)
+    signals = (*STOP_SIGNALS, *IGNORED_SIGNALS, signal.SIGCHLD)
     saved = {sig: signal.getsignal(sig) for sig in signals}
     try:
         yield
@@ -46,7 +47,7 @@ def run_in_process(service, until, timeout: float = 60.0) -> int:
         deadline = time.monotonic() + timeout
         while not until(service.supervisor.state) and time.monotonic() < deadline:
             time.sleep(0.05)
-        service.supervisor.events.put(supervisor_module.SignalReceived(signal.SIGTERM))
+        service.supervisor.events.put(SignalReceived(signal.SIGTERM))
 
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()

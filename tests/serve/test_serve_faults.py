@@ -24,6 +24,7 @@ import pytest
 from glm5svc.config import load_config
 from glm5svc.serve import supervisor as supervisor_module
 from glm5svc.serve.drain import Drain
+from glm5svc.serve.events import SignalReceived
 from glm5svc.serve.process import live_group_members
 from glm5svc.serve.relay import StderrSink
 from glm5svc.serve.service import build_service
@@ -320,7 +321,7 @@ def test_livez_stays_alive_during_a_drain_longer_than_the_stale_limit(tmp_path, 
         deadline = time.monotonic() + 30
         while not supervisor.state.ready and time.monotonic() < deadline:
             time.sleep(0.05)
-        supervisor.events.put(supervisor_module.SignalReceived(signal.SIGTERM))
+        supervisor.events.put(SignalReceived(signal.SIGTERM))
         while not supervisor.state.draining:
             time.sleep(0.01)
         while supervisor.state.draining and supervisor.state.phase.value == "draining":

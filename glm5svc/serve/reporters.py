@@ -1,0 +1,129 @@
+"""What the supervisor's threads and signal handlers run: each reads, then reports on the
+loop's queue (glm5svc.serve.events). None decides anything or writes the state; the
+supervision loop (glm5svc.serve.supervisor) does both.
+"""
+
+from __future__ import annotations
+
+import queue
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from glm5svc.config import Config
+from glm5svc.port_owners import holders
+from glm5svc.records import BenchmarkStatus, PlanSummary
+from glm5svc.serve.events import (
+    DrainCounters,
+    HealthPassed,
+    HealthProbed,
+    HookFinished,
+    ReadinessChecked,
+    SignalReceived,
+)
+from glm5svc.serve.phases import PRIORITY_WARNING
+from glm5svc.serve.probes import EngineClient, ProbeResult
+from glm5svc.serve.process import EngineProcess, live_group_members
+from glm5svc.serve.state import SupervisorState
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGABRT)
+IGNORED_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2)
+
+
+@dataclass
+class PostReadyContext:
+    """What a post-READY hook (the post-start benchmark) gets."""
+
+    config: Config
+    engine_url: str
+    state: SupervisorState  # read only: the supervision loop is its only writer
+    stop_requested: threading.Event
+    log: Callable[[str], None]
+    sampler: object | None = None  # the service's GPU telemetry sampler, shared
+    launch_plan: PlanSummary | None = None  # the summary of the plan this service launched
+    api_key: str | None = None  # the key the service read once (for the hook's requests)
+
+
+# hook(context) -> what /status shows in "benchmark" and /metrics exports
+# (glm5svc.benchmark_gauges); its `degraded` marks the service degraded, not unready.
+# Exceptions are reported, never fatal.
+PostReadyHook = Callable[[PostReadyContext], BenchmarkStatus | None]
+
+
+class Reporters:
+    def __init__(
+        self, events: queue.SimpleQueue, client: EngineClient, engine: EngineProcess, config
+    ):
+        self.events = events
+        self.client = client
+        self.engine = engine
+        self.config = config
+
+    @staticmethod
+    def start(target: Callable[[], None], name: str) -> threading.Thread:
+        thread = threading.Thread(target=target, name=name, daemon=True)
+        thread.start()
+        return thread
+
+    def readiness_check(self, own_ready_line: bool = False) -> None:
+        """Is the port ours, does it answer, does it generate?"""
+        timeout = self.config.service.probe_timeout_s
+        port = self.port_is_ours()
+        if not port.ok:
+            self.events.put(ReadinessChecked(port, at=time.monotonic()))
+            return
+        # sglang prints its ready line only after its own warm-up generation succeeded, so
+        # once our child printed it the generation check comes next. sglang 0.5.11 serves
+        # /health and /health_generate with one handler that sleeps a whole second before
+        # looking (http_server.py, health_generate): asking it would hold READY back by that
+        # second (recorded on an H200, tests/fixtures/real_engine/sglang-0.5.11-h200-drain).
+        if own_ready_line:
+            health = ProbeResult(True, "sglang's ready line (its warm-up generation passed)")
+        else:
+            health = self.client.health_generate(timeout)
+        generation = None
+        if health.ok:
+            self.events.put(HealthPassed())
+            generation = self.client.generation_check(timeout)
+        self.events.put(ReadinessChecked(health, port, generation, time.monotonic()))
+
+    def port_is_ours(self) -> ProbeResult:
+        port = self.config.server.port
+        pgid = self.engine.pid
+        members = live_group_members(pgid) if pgid else []
+        if holders(port, members):
+            return ProbeResult(True, f"port {port} held by the engine's process group")
+        others = holders(port)
+        if others:
+            who = ", ".join(f"pid {h.pid} ({h.command})" for h in others[:3])
+            return ProbeResult(False, f"port {port} is held by another process: {who}")
+        return ProbeResult(False, f"port {port} is not bound by the engine yet")
+
+    def health_probe(self) -> None:
+        """Counters, /health_generate, counters again on failure."""
+        timeout = self.config.service.probe_timeout_s
+        counters = self.client.progress_counters(min(timeout, 5.0))
+        result = self.client.health_generate(timeout)
+        counters_after = self.client.progress_counters(min(timeout, 5.0)) if not result.ok else None
+        self.events.put(HealthProbed(counters, result, counters_after, time.monotonic()))
+
+    def drain_counters(self) -> None:
+        counters = self.client.progress_counters(min(self.config.service.probe_timeout_s, 2.0))
+        self.events.put(DrainCounters(counters, time.monotonic()))
+
+    def post_ready_hook(self, hook: PostReadyHook, context: PostReadyContext, log) -> None:
+        try:
+            result = hook(context)
+        except Exception as exc:  # a failed benchmark must not take the service down
+            result = BenchmarkStatus.failed(f"{type(exc).__name__}: {exc}")
+            log(f"post-start benchmark failed: {exc}", PRIORITY_WARNING)
+        self.events.put(HookFinished(result))
+
+    def install_signal_handlers(self) -> None:
+        def report(signum, frame):
+            self.events.put(SignalReceived(signum))  # SimpleQueue.put is signal-safe
+
+        for sig in (*STOP_SIGNALS, *IGNORED_SIGNALS, signal.SIGCHLD):
+            signal.signal(sig, report)

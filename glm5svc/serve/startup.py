@@ -1,0 +1,55 @@
+"""Start-up's clocks: bounded by stalls, not by total time (Ollama's rule).
+
+Each sign of progress (a new phase, a loading percentage, a progress bar that moved)
+resets the stall clock and, at most once a second, tells systemd to wait longer
+(EXTEND_TIMEOUT_USEC), with a margin so that glm5svc's own clear message comes first.
+The supervision loop asks `overdue` each turn and decides.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from glm5svc.config import ServiceSection
+from glm5svc.serve.notify import Notifier
+from glm5svc.serve.phases import LineInfo
+
+EXTEND_MARGIN_S = 30.0
+EXTEND_MIN_INTERVAL_S = 1.0
+
+
+@dataclass
+class StartupClock:
+    service: ServiceSection
+    notifier: Notifier
+    last_progress: float
+    last_extend: float = 0.0
+    progress_percents: dict[str, int] = field(default_factory=dict)
+
+    def progress(self, now: float, text: str, force: bool = False) -> None:
+        """Start-up moved: reset the stall clock, tell systemd (EXTEND_TIMEOUT_USEC)."""
+        self.last_progress = now
+        if force or now - self.last_extend >= EXTEND_MIN_INTERVAL_S:
+            self.last_extend = now
+            self.notifier.extend_timeout(self.service.load_stall_timeout_s + EXTEND_MARGIN_S, text)
+
+    def bar_moved(self, info: LineInfo) -> bool:
+        previous = self.progress_percents.get(info.progress_label)
+        self.progress_percents[info.progress_label] = info.progress_percent
+        return previous != info.progress_percent
+
+    def overdue(self, now: float, started: float, phase: str, status: str) -> str | None:
+        """Why start-up has taken too long (a stall, or past the total limit); None if not."""
+        stalled_for = now - self.last_progress
+        if stalled_for > self.service.load_stall_timeout_s:
+            return (
+                f"start-up made no progress for {stalled_for:.0f} s "
+                f"(service.load_stall_timeout_s = {self.service.load_stall_timeout_s:g}) in phase "
+                f"'{phase}'; last status: {status}"
+            )
+        if now - started > self.service.startup_timeout_s:
+            return (
+                f"the server was not ready after {now - started:.0f} s "
+                f"(service.startup_timeout_s = {self.service.startup_timeout_s:g})"
+            )
+        return None
