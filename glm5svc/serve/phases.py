@@ -61,6 +61,8 @@ _STARTUP_STEPS = re.compile(
     r"|FlashInfer autotune|max_total_num_tokens="
     r"|Application startup complete|Uvicorn running on|Prefill batch|Decode batch"
 )
+# A scheduler batch: sglang's own warm-up before its ready line, a request after it.
+_BATCH = re.compile(r"Prefill batch|Decode batch")
 _KV_POOL = re.compile(r"KV Cache is allocated\. #tokens: (\d+)")
 _PERCENT = re.compile(r"^\s*(?P<label>[^:\r\n]{3,80}):\s*(?P<pct>\d{1,3})%")
 _LOAD_LABEL = re.compile(r"checkpoint shards|loading shards|weights", re.IGNORECASE)
@@ -91,6 +93,7 @@ class LineInfo:
     startup_step: bool
     fired_up: bool
     kv_pool_tokens: int | None = None  # the KV pool this rank allocated
+    batch: bool = False  # a scheduler batch line (prefill or decode)
 
 
 # The argument dump names flags such as skip_server_warmup: it opens no phase.
@@ -121,6 +124,7 @@ def parse_line(text: str) -> LineInfo:
         startup_step=bool(_STARTUP_STEPS.search(text)),
         fired_up=bool(FIRED_UP.search(text)),
         kv_pool_tokens=int(kv_pool.group(1)) if kv_pool else None,
+        batch=bool(_BATCH.search(text)),
     )
 
 

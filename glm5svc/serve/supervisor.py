@@ -422,7 +422,9 @@ class Supervisor:
                 elif info.progress_label and self._startup.bar_moved(info):
                     text = f"{phase.value}: {info.progress_label} {info.progress_percent}%"
                     self.state.status_text = text
-                elif info.startup_step or info.fired_up:
+                elif (info.startup_step or info.fired_up) and not (
+                    info.batch and self.state.engine_ready_line
+                ):  # after our child's ready line a batch is a readiness check's, not progress
                     text = text or self.state.status_text
         if force:
             self._announce_phase(phase, None)
