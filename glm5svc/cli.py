@@ -7,6 +7,7 @@ import importlib
 import sys
 
 from glm5svc import __version__
+from glm5svc.cli_options import config_path
 from glm5svc.completion import SHELLS, script
 from glm5svc.errors import Glm5Error
 from glm5svc.json_output import emit_error, schema_name
@@ -65,6 +66,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument(
         "--config",
         metavar="PATH",
+        type=config_path,
         help="service configuration (default: $GLM5SVC_CONFIG, else /etc/glm5/glm5.yaml)",
     )
     subparsers = parser.add_subparsers(dest="command_name", metavar="COMMAND", required=True)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import typing
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +22,9 @@ import annotated_types
 from pydantic import BaseModel
 
 from glm5svc.config import MAX_SECONDS, Config
+
+_ASCII_WHOLE = re.compile(r"^[-+]?[0-9]+$")
+_ASCII_NUMBER = re.compile(r"^[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?$")
 
 # annotated_types' bound -> (its attribute, the side it bounds, whether it excludes the bound)
 _BOUNDS = {
@@ -87,6 +91,8 @@ class Number:
         return value
 
     def parse(self, text: str) -> int | float | None:
+        if not _ASCII_NUMBER.match(text) or (self.kind is int and not _ASCII_WHOLE.match(text)):
+            return None  # int() takes "1_000", " 8 " and digits of other scripts ("٨")
         try:
             value = int(text) if self.kind is int else float(text)
         except ValueError:
@@ -306,3 +312,13 @@ def subparsers_of(parser: argparse.ArgumentParser) -> dict[str, argparse.Argumen
                 found[name] = sub
                 found.update({f"{name} {k}": v for k, v in subparsers_of(sub).items()})
     return found
+
+
+def config_path(text: str) -> str:
+    """--config's value: a path; an empty one would silently fall back to $GLM5SVC_CONFIG."""
+    if not text:
+        raise argparse.ArgumentTypeError(
+            "the path is empty; give the configuration file, or leave --config out to use "
+            "$GLM5SVC_CONFIG or /etc/glm5/glm5.yaml"
+        )
+    return text

@@ -11,8 +11,11 @@ the single definition of every key; split, a key's rules would be spread over fi
 from __future__ import annotations
 
 import difflib
+import ipaddress
 import os
 import re
+import stat
+import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -29,7 +32,7 @@ from pydantic import (
     model_validator,
 )
 
-from glm5svc.config_yaml import YamlDocument, parse_yaml, read_config_bytes
+from glm5svc.config_yaml import YamlDocument, parse_yaml, read_config_bytes, read_regular_bytes
 from glm5svc.errors import ConfigError
 from glm5svc.targets import DEFAULT_TARGET, get_target, known_targets
 
@@ -54,6 +57,35 @@ PositiveFloat = Annotated[Number, Field(gt=0, le=MAX_SECONDS)]
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 LOOPBACK_HOSTS = ("localhost", "::1")
 SECRETS_FILE_KEY = "api-key"
+
+
+_HOST_LABEL = re.compile(r"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$")
+
+
+def host_problem(value: str) -> str | None:
+    """Why `value` is not an address to listen on or connect to (None when it is): an IPv4
+    or IPv6 address, or a host name (RFC 1123 labels)."""
+    if value.startswith("[") and value.endswith("]"):
+        return f"'{value}': write an IPv6 address without brackets, e.g. ::1"
+    try:
+        ipaddress.ip_address(value)
+        return None
+    except ValueError:
+        pass
+    labels = value.removesuffix(".").split(".")
+    if value and len(value) <= 253 and all(_HOST_LABEL.match(label) for label in labels):
+        if not labels[-1].isdigit():
+            return None
+    return (
+        f"{value!r} is not an IP address or a host name (letters, digits, '-' and '.', no "
+        "spaces or ports), e.g. 127.0.0.1, 0.0.0.0, ::1 or gpu1.example.org"
+    )
+
+
+def checked_host(value: str) -> str:
+    if problem := host_problem(value):
+        raise ValueError(problem)
+    return value
 
 
 class Section(BaseModel):
@@ -92,13 +124,17 @@ class ModelSection(Section):
 class ServerSection(Section):
     """The sglang server glm5svc launches."""
 
-    host: str = Field("0.0.0.0", min_length=1)
-    """Address sglang listens on; beyond loopback, set api_key_file (validate warns)."""
+    host: str = Field("127.0.0.1", min_length=1)
+    """Address sglang listens on (an IP address or a host name); beyond loopback it needs
+    api_key_file, or allow_unauthenticated: true."""
     port: Port = 30000
     """sglang's HTTP port."""
     api_key_file: Path | None = None
-    """File with the API key (one line, mode 0600): sglang gets it in a 0600 --config file, never
-    in argv; null: no key."""
+    """File with the API key (one line, absolute path, not readable by others: 0600 or 0640):
+    sglang gets it in a 0600 --config file, never in argv; null: no key."""
+    allow_unauthenticated: bool = False
+    """true: the engine may listen beyond loopback with no API key, and anyone who reaches it may
+    use the model; false refuses such a configuration."""
     profile: str = "cu128"
     """The pinned stack (glm5svc/data/profiles/): cu128 is sglang 0.5.10.post1 on CUDA 12.8, cu130
     sglang 0.5.11 on CUDA 13.0."""
@@ -124,6 +160,21 @@ class ServerSection(Section):
     """sglang's /metrics: the progress counters honest health checks read."""
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     """sglang's log level."""
+
+    @field_validator("host")
+    @classmethod
+    def _host(cls, value: str) -> str:
+        return checked_host(value)
+
+    @field_validator("api_key_file")
+    @classmethod
+    def _absolute_key_file(cls, value: Path | None) -> Path | None:
+        if value is not None and not value.is_absolute():
+            raise ValueError(
+                f"must be an absolute path (got '{value}'): the service runs in "
+                "/var/lib/glm5 (WorkingDirectory), where a relative path names another file"
+            )
+        return value
 
     @field_validator("command")
     @classmethod
@@ -257,6 +308,12 @@ class ServiceSection(Section):
 
     listen_host: str = "127.0.0.1"
     """Address of the health listener: /livez /readyz /status /metrics."""
+
+    @field_validator("listen_host")
+    @classmethod
+    def _listen_host(cls, value: str) -> str:
+        return checked_host(value)
+
     listen_port: Port = 9400
     """Port of the health listener (not server.port)."""
     run_preflight: bool = True
@@ -369,9 +426,32 @@ class BenchmarkSection(Section):
 
 
 def _http_url(value: str) -> str:
+    example = "(e.g. http://10.0.0.11:9400)"
     if not value.startswith(("http://", "https://")) or len(value.split("//", 1)[1]) == 0:
-        raise ValueError(f"'{value}' is not an http(s):// URL (e.g. http://10.0.0.11:9400)")
+        raise ValueError(f"'{value}' is not an http(s):// URL {example}")
+    try:
+        parts = urllib.parse.urlsplit(value)
+        port = parts.port
+    except ValueError as exc:
+        raise ValueError(f"'{value}' is not a usable URL: {exc} {example}") from None
+    host = parts.hostname or ""
+    if problem := host_problem(host):
+        raise ValueError(f"'{value}': its host {problem}")
+    if port == 0 or parts.query or parts.fragment or parts.username or parts.password:
+        raise ValueError(
+            f"'{value}' must be scheme://host[:port] with a port 1-65535, no user, query or "
+            f"fragment {example}"
+        )
     return value.rstrip("/")
+
+
+def http_url_problem(value: str) -> str | None:
+    """Why `value` is not a glm5svc or engine URL (None when it is)."""
+    try:
+        _http_url(value)
+    except ValueError as exc:
+        return str(exc)
+    return None
 
 
 class FleetSection(Section):
@@ -488,13 +568,19 @@ def read_api_key(key_file: Path | None) -> str | None:
     if key_file is None:
         return None
     try:
-        key = Path(key_file).read_text(encoding="utf-8").strip()
+        key = read_regular_bytes(Path(key_file)).decode("utf-8").strip()
+        mode = os.stat(key_file).st_mode
     except (OSError, UnicodeDecodeError) as exc:
         reason = getattr(exc, "strerror", None) or str(exc)
         raise ConfigError(
             f"server.api_key_file: cannot read {key_file}: {reason}; create it "
             "(one line, the key) readable by the service, or set api_key_file: null"
         ) from None
+    if mode & (stat.S_IROTH | stat.S_IWOTH):
+        raise ConfigError(
+            f"server.api_key_file: {key_file} is mode {stat.S_IMODE(mode):04o}: every local "
+            f"user can read or change the key; `chmod 600 {key_file}` (0640 for a group)"
+        )
     if not key:
         raise ConfigError(f"server.api_key_file: {key_file} is empty; put the API key in it")
     bad = sorted({c for c in key if not (" " <= c <= "~")})
@@ -534,14 +620,26 @@ def is_loopback(host: str) -> bool:
 
 
 def exposure_warning(config: Config) -> str | None:
-    """Said loudly by validate, command --explain, preflight and serve."""
+    """The engine is open to anyone who reaches it (None when it is not); a refusal unless
+    server.allow_unauthenticated says so (exposure_problem), then a warning said by
+    validate, command --explain, preflight and serve."""
     server = config.server
     if is_loopback(server.host) or server.api_key_file is not None:
         return None
     return (
         f"the engine listens on {server.host}:{server.port} with no API key: anyone who can "
-        "reach this host can use the model. Set server.api_key_file (a file with the key, "
-        "0600) or server.host: 127.0.0.1"
+        "reach this host can use the model"
+    )
+
+
+def exposure_problem(config: Config) -> str | None:
+    """Why the configuration is refused for listening beyond loopback with no key."""
+    warning = exposure_warning(config)
+    if warning is None or config.server.allow_unauthenticated:
+        return None
+    return (
+        f"server.host: {warning}. Fix: set server.api_key_file (a 0600 file with the key), "
+        "or server.host: 127.0.0.1, or server.allow_unauthenticated: true to mean it"
     )
 
 

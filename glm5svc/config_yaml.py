@@ -11,7 +11,10 @@ the codec or the recursion limit reaches the user.
 
 from __future__ import annotations
 
+import errno
+import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -171,10 +174,38 @@ class YamlDocument:
         return None
 
 
+_FILE_KINDS = (
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
+
+
+def read_regular_bytes(path: Path) -> bytes:
+    """A regular file's bytes. It is opened with O_NONBLOCK and checked with fstat before
+    anything is read, so a FIFO or a device is refused at once (OSError whose strerror says
+    what it is) instead of blocking the command. /dev/null reads as the empty file it is."""
+    if os.path.realpath(path) == os.devnull:
+        return b""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = next((name for test, name in _FILE_KINDS if test(mode)), "not a file")
+            raise OSError(errno.EINVAL, f"it is {kind}, not a regular file", str(path))
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb", closefd=False) as stream:
+            return stream.read()
+    finally:
+        os.close(fd)
+
+
 def read_config_bytes(path: Path, source: str | None = None) -> str:
     """The file's text; ConfigError naming the line of a byte that is not UTF-8."""
     source = source or str(path)
-    data = path.read_bytes()
+    data = read_regular_bytes(Path(path))
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:

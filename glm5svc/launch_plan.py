@@ -21,10 +21,12 @@ from pathlib import Path
 from glm5svc.config import (
     READ_KEY_FILE,
     Config,
+    exposure_problem,
     exposure_warning,
     read_api_key,
     secrets_file_text,
 )
+from glm5svc.config_yaml import parse_yaml, read_config_bytes
 from glm5svc.errors import ConfigError
 from glm5svc.facts import HostFacts
 from glm5svc.gpus import GpuFacts, detect_gpus, parse_compute_capability
@@ -34,8 +36,11 @@ from glm5svc.profiles import SglangVersion, StackProfile, load_profile, sglang_v
 from glm5svc.records import PlanSummary, SglangInstall
 from glm5svc.sglang_flags import (
     FORBIDDEN_FLAGS,
+    GUARDED_ENV,
+    abbreviation_of,
     deprecation_note,
     flag_name,
+    guarded_flag,
     parse_extra_args,
     port_problem,
     version_problem,
@@ -97,6 +102,9 @@ class LaunchPlan:
     @property
     def env(self) -> dict[str, str]:
         return {e.name: e.value or "" for e in self.entries if e.kind == "env"}
+
+    def flag_values(self, name: str) -> list[str]:
+        return [e.value or "" for e in self.flags if e.name == name]
 
     def flag_value(self, name: str) -> str | None:
         for entry in self.flags:
@@ -196,6 +204,7 @@ def build_launch_plan(
         target=get_target(config.gpus.target),
         model=model or read_model_facts(config.model.path),
     )
+    check_model_path(config, plan.model)
     if gpus.note:
         plan.notes.append(gpus.note)
     _target_notes(config, plan)
@@ -206,12 +215,22 @@ def build_launch_plan(
     plan.notes += multinode_notes(config)
     key = read_api_key(config.server.api_key_file) if api_key is READ_KEY_FILE else api_key
     _add_api_key(key, plan)
+    if problem := exposure_problem(config):
+        raise ConfigError(problem)
     if warning := exposure_warning(config):
-        plan.warnings.append(warning)
+        plan.warnings.append(f"{warning} (server.allow_unauthenticated: true)")
     _merge_extra_args(config, gpus, plan)
     _merge_env_overrides(config, plan)
     _deprecations(plan)
     return plan
+
+
+def check_model_path(config: Config, model: ModelFacts | None = None) -> None:
+    """ConfigError when model.path holds something sglang cannot start on."""
+    model = model or read_model_facts(config.model.path)
+    stand_in = config.server.command is not None  # reads no checkpoint
+    if problem := model.problem or (None if stand_in else model.missing_config):
+        raise ConfigError(f"model.path: {problem}")
 
 
 def _target_notes(config: Config, plan: LaunchPlan) -> None:
@@ -376,8 +395,37 @@ def _server_flags(config: Config, gpus: GpuFacts, plan: LaunchPlan) -> list[Plan
     return entries
 
 
+def _settings_the_model_ignores(config: Config, plan: LaunchPlan) -> None:
+    """Keys set in the file that this model's plan leaves out: said, not dropped unseen."""
+    tuning, model = config.tuning, plan.model
+    if not model.from_config:
+        return
+    unused = []
+    if not model.moe:
+        if tuning.moe_runner_backend is not None:
+            unused.append("tuning.moe_runner_backend")
+        if tuning.disable_shared_experts_fusion:
+            unused.append("tuning.disable_shared_experts_fusion")
+    if not model.sparse_attention:
+        unused += [
+            key
+            for key, value in (
+                ("tuning.nsa_decode_backend", tuning.nsa_decode_backend),
+                ("tuning.nsa_prefill_backend", tuning.nsa_prefill_backend),
+            )
+            if value is not None
+        ]
+    for key in unused:
+        what = "no DSA sparse attention" if "nsa" in key else "no MoE experts (a dense model)"
+        plan.warnings.append(
+            f"{key} is set but {model.architecture} has {what}: the setting does nothing "
+            "for this model; remove it"
+        )
+
+
 def _tuning_flags(config: Config, plan: LaunchPlan, nsa_fix: bool | None) -> list[PlanEntry]:
     tuning, target, model = config.tuning, plan.target, plan.model
+    _settings_the_model_ignores(config, plan)
     entries = []
     quantization = _choose(tuning.quantization, target.quantization, "tuning.quantization", target)
     if quantization.value == "none":
@@ -550,21 +598,11 @@ def _add_api_key(key: str | None, plan: LaunchPlan) -> None:
 
 
 def _merge_extra_args(config: Config, gpus: GpuFacts, plan: LaunchPlan) -> None:
+    planned = [e.name for e in plan.flags]
     for name, values in parse_extra_args(config.server.extra_args):
-        problem = version_problem(name, plan.sglang.version)
-        if problem:
-            raise ConfigError(f"server.extra_args: {problem}")
-        forbidden = FORBIDDEN_FLAGS.get(name)
-        if forbidden and forbidden.applies(gpus):
-            raise ConfigError(
-                f"server.extra_args: {name} is not allowed: {forbidden.reason}. "
-                f"Fix: {forbidden.fix}"
-            )
-        if name == "--tp-size":
-            raise ConfigError(
-                "server.extra_args: --tp-size is derived from the GPUs used; set "
-                "gpus.expected_count or gpus.visible_devices instead"
-            )
+        _refuse_unsafe_flag(name, "server.extra_args", gpus, plan, planned)
+        if name == "--config":
+            _check_sglang_config_file(values, gpus, plan, planned)
         replaced = [e for e in plan.flags if e.name == name]
         for old in replaced:
             plan.entries.remove(old)
@@ -582,12 +620,93 @@ def _merge_extra_args(config: Config, gpus: GpuFacts, plan: LaunchPlan) -> None:
         )
 
 
+def _refuse_unsafe_flag(
+    name: str, where: str, gpus: GpuFacts, plan: LaunchPlan, planned: list[str]
+) -> None:
+    """A flag that sglang would not take, or that would undo what the plan relies on."""
+    problem = version_problem(name, plan.sglang.version)
+    if problem:
+        raise ConfigError(f"{where}: {problem}")
+    forbidden = FORBIDDEN_FLAGS.get(name)
+    if forbidden and forbidden.applies(gpus):
+        raise ConfigError(
+            f"{where}: {name} is not allowed: {forbidden.reason}. Fix: {forbidden.fix}"
+        )
+    if guarded := guarded_flag(name):
+        also = [s for s in guarded.spellings if s != name]
+        spelt = f" (sglang's {guarded.dest}, also spelt {', '.join(also)})" if also else ""
+        derived = " is derived from the GPUs used" if guarded.dest == "tensor_parallel_size" else ""
+        raise ConfigError(
+            f"{where}: {name}{spelt}{derived}: the plan sets it from {guarded.key}, and a "
+            f"second value would silently win over it. Fix: set {guarded.key} and remove "
+            f"{name} from {where.split(' ')[0]}"
+        )
+    if meant := abbreviation_of(name, planned):
+        raise ConfigError(
+            f"{where}: {name} is an abbreviation of {' or '.join(meant)}, which sglang's parser "
+            "would accept in its place and so override the plan unseen. Fix: write the full "
+            "flag name"
+        )
+
+
+def _check_sglang_config_file(
+    values: list[str], gpus: GpuFacts, plan: LaunchPlan, planned: list[str]
+) -> None:
+    """sglang reads one --config file (its keys are flag names without '--') before argv."""
+    if any(path in plan.secret_files for path in map(Path, plan.flag_values("--config"))):
+        raise ConfigError(
+            "server.extra_args: --config: sglang reads one --config file, and the plan's "
+            "carries the API key (server.api_key_file); another would drop the key. Fix: put "
+            "those settings in server.extra_args itself"
+        )
+    if len(values) != 1 or not values[0]:
+        raise ConfigError("server.extra_args: --config takes one file name. Fix: give its path")
+    path = Path(values[0])
+    try:
+        document = parse_yaml(read_config_bytes(path), str(path))
+    except OSError as exc:
+        raise ConfigError(
+            f"server.extra_args: --config {path}: cannot read: {exc.strerror or exc}. Fix: "
+            "make it a readable file, or remove --config from server.extra_args"
+        ) from None
+    data = document.data if document.data is not None else {}
+    if not isinstance(data, dict):
+        raise ConfigError(
+            f"server.extra_args: --config {path}: sglang wants a mapping of flag names "
+            "(e.g. 'chunked-prefill-size: 8192'). Fix: write it as one"
+        )
+    for key in data:
+        name = "--" + str(key).replace("_", "-")
+        line = document.line_of((key,))
+        where = f"server.extra_args: --config {path}, line {line}, key {key}"
+        _refuse_unsafe_flag(name, where, gpus, plan, planned)
+
+
 def _merge_env_overrides(config: Config, plan: LaunchPlan) -> None:
     for name, value in config.server.env.items():
+        if name in GUARDED_ENV:
+            _check_guarded_env(config, name, value)
         for old in [e for e in plan.entries if e.kind == "env" and e.name == name]:
             plan.entries.remove(old)
             plan.warnings.append(f"server.env overrides {name}={old.value} ({old.reason})")
         plan.entries.append(PlanEntry("env", name, value, "server.env", "server.env"))
+
+
+def _check_guarded_env(config: Config, name: str, value: str) -> None:
+    """CUDA_VISIBLE_DEVICES in server.env is taken only where it agrees with the plan: no
+    gpus.visible_devices beside it, and as many GPUs as the tensor parallel size per host."""
+    key = GUARDED_ENV[name]
+    if config.gpus.visible_devices is not None:
+        raise ConfigError(
+            f"server.env: {name} and {key} both choose the GPUs. Fix: keep {key} only"
+        )
+    devices = [part for part in value.split(",") if part.strip()]
+    if len(devices) != config.gpus.expected_count:
+        raise ConfigError(
+            f"server.env: {name}={value!r} gives sglang {len(devices)} GPU(s), but the tensor "
+            f"parallel size per host is {config.gpus.expected_count} (gpus.expected_count). "
+            f"Fix: set {key} (it keeps both in step) and remove {name} from server.env"
+        )
 
 
 def _deprecations(plan: LaunchPlan) -> None:

@@ -9,8 +9,11 @@ and says so.
 
 from __future__ import annotations
 
+import errno
 import json
-from dataclasses import dataclass
+import os
+import stat
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 DSA_ARCHITECTURES = (
@@ -33,6 +36,8 @@ class ModelFacts:
     moe: bool
     source: str  # the config.json read, or why the reference model was assumed
     from_config: bool = True
+    problem: str | None = None  # model.path holds something that is not a checkpoint
+    missing_config: str | None = None  # a folder without config.json
 
     @property
     def summary(self) -> str:
@@ -42,9 +47,43 @@ class ModelFacts:
         return ", ".join(parts)
 
 
+def model_path_problem(model_dir: Path) -> str | None:
+    """Why model.path cannot be a checkpoint although something is there (None when it can,
+    or when nothing is there yet: the plan is then made for the reference model)."""
+    model_dir = Path(model_dir)
+    try:
+        mode = model_dir.stat().st_mode
+    except FileNotFoundError:
+        if model_dir.is_symlink():
+            return f"{model_dir} is a symlink to {os.readlink(model_dir)}, which does not exist"
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return f"{model_dir} is a symlink loop; point it at the checkpoint folder"
+        return f"{model_dir}: {exc.strerror or exc}"
+    if not stat.S_ISDIR(mode):
+        return f"{model_dir} is a file, not the checkpoint's folder; give the folder"
+    return None
+
+
+def missing_config_problem(model_dir: Path) -> str | None:
+    """A folder without config.json: sglang cannot start on it (a stand-in engine can)."""
+    model_dir = Path(model_dir)
+    if not model_dir.is_dir() or (model_dir / "config.json").is_file():
+        return None
+    return (
+        f"{model_dir} has no config.json: not a Hugging Face checkpoint folder (sglang "
+        "reads config.json even with load_format: dummy); copy the checkpoint there"
+    )
+
+
 def read_model_facts(model_dir: Path) -> ModelFacts:
     """Facts from `model_dir`/config.json; the reference model's, labelled, if unreadable."""
     path = Path(model_dir) / "config.json"
+    if problem := model_path_problem(Path(model_dir)):
+        return replace(_assumed(problem), problem=problem)
+    if problem := missing_config_problem(Path(model_dir)):
+        return replace(_assumed(problem), missing_config=problem)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:

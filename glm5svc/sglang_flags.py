@@ -154,6 +154,61 @@ FORBIDDEN_FLAGS = {
 }
 
 
+@dataclass(frozen=True)
+class GuardedFlag:
+    """A flag the plan sets from a configuration key and relies on: no other way in."""
+
+    dest: str  # its dest in sglang's parser (tests compare it with the real parser's)
+    spellings: tuple[str, ...]  # every option string the parser gives that dest
+    key: str  # the configuration key that sets it
+
+
+# sglang 0.5.10.post1 and 0.5.11 (srt/server_args.py, add_cli_args): `--model-path` and
+# `--model` are one option, `--tensor-parallel-size` and `--tp-size` another (dest
+# tensor_parallel_size, copied to tp_size), `--dist-init-addr` and the older
+# `--nccl-init-addr` a third. launch_server's parser also takes any unambiguous prefix of a
+# long option (argparse's allow_abbrev), so `--tensor-parallel 4` is `--tp-size 4`.
+GUARDED_FLAGS: tuple[GuardedFlag, ...] = (
+    GuardedFlag("model_path", ("--model-path", "--model"), "model.path"),
+    GuardedFlag("tokenizer_path", ("--tokenizer-path",), "model.tokenizer_path"),
+    GuardedFlag("served_model_name", ("--served-model-name",), "model.served_name"),
+    GuardedFlag("host", ("--host",), "server.host"),
+    GuardedFlag("port", ("--port",), "server.port"),
+    GuardedFlag(
+        "tensor_parallel_size",
+        ("--tensor-parallel-size", "--tp-size"),
+        "gpus.expected_count or gpus.visible_devices (tensor parallel size = GPUs used)",
+    ),
+    GuardedFlag("nnodes", ("--nnodes",), "multinode.nnodes"),
+    GuardedFlag("node_rank", ("--node-rank",), "multinode.node_rank"),
+    GuardedFlag(
+        "dist_init_addr", ("--dist-init-addr", "--nccl-init-addr"), "multinode.dist_init_addr"
+    ),
+    GuardedFlag("api_key", ("--api-key",), "server.api_key_file (a 0600 file with the key)"),
+)
+GUARDED_BY_SPELLING = {name: flag for flag in GUARDED_FLAGS for name in flag.spellings}
+# Environment variables the plan derives from a key, and that key.
+GUARDED_ENV = {"CUDA_VISIBLE_DEVICES": "gpus.visible_devices"}
+
+
+def guarded_flag(name: str) -> GuardedFlag | None:
+    """The guarded flag `name` reaches sglang as: a spelling, or an abbreviation of one."""
+    if name in GUARDED_BY_SPELLING:
+        return GUARDED_BY_SPELLING[name]
+    for spelling, flag in GUARDED_BY_SPELLING.items():
+        if len(name) > 2 and spelling.startswith(name):
+            return flag
+    return None
+
+
+def abbreviation_of(name: str, known: list[str]) -> list[str]:
+    """The flags in `known` that `name` abbreviates (argparse reads `--mem-frac` as
+    `--mem-fraction-static`); empty when `name` is one of them or abbreviates none."""
+    if name in known:
+        return []
+    return sorted({flag for flag in known if flag.startswith(name) and len(name) > 2})
+
+
 def parse_extra_args(tokens: list[str]) -> list[tuple[str, list[str]]]:
     """['--a', '1', '--b', '--c=x'] -> [('--a', ['1']), ('--b', []), ('--c', ['x'])]."""
     pairs: list[tuple[str, list[str]]] = []

@@ -2,7 +2,8 @@
 
 Usage: python parse_with_sglang.py '<json list of argv lists>'
 Prints JSON: {"results": [for each argv {"dests": {...}} or {"error": "..."}],
-"options": [every option string the parser knows], "version": sglang's version}.
+"options": [every option string the parser knows], "dests": {option string: its dest},
+"version": sglang's version}.
 """
 
 import argparse
@@ -31,6 +32,9 @@ print(
         {
             "results": [parse(argv) for argv in json.loads(sys.argv[1])],
             "options": sorted(new_parser()._option_string_actions),
+            "dests": {
+                name: action.dest for name, action in new_parser()._option_string_actions.items()
+            },
             "version": importlib.metadata.version("sglang"),
         },
         default=str,

@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 
-from glm5svc.config import exposure_warning
+from glm5svc.config import exposure_problem, exposure_warning
 from glm5svc.port_owners import holders, port_listened
 from glm5svc.preflight.rows import FAIL, OK, WARN, CheckRow, PreflightContext
 from glm5svc.records import LAST_RUN_FILE, LastRun, RecordError
@@ -46,6 +46,18 @@ def _port_row(name: str, port: int, key: str) -> CheckRow:
 
 
 def check_exposure(ctx: PreflightContext) -> list[CheckRow]:
+    problem = exposure_problem(ctx.config)
+    if problem:
+        return [CheckRow("engine exposure", FAIL, problem, "set server.api_key_file")]
+    if ctx.facts.key_error is not None:
+        return [
+            CheckRow(
+                "engine exposure",
+                FAIL,
+                ctx.facts.key_error,
+                "a readable file with the key, not readable by others (chmod 600)",
+            )
+        ]
     warning = exposure_warning(ctx.config)
     if warning:
         return [CheckRow("engine exposure", WARN, warning, "set server.api_key_file")]

@@ -96,6 +96,7 @@ def test_the_post_start_benchmark_and_status_record_the_launched_plan(
     }
     key_file = tmp_path / "api-key"
     key_file.write_text("sk-read-once\n")
+    key_file.chmod(0o600)
     data["server"]["api_key_file"] = str(key_file)
     config_path.write_text(yaml.safe_dump(data))
     config = load_config(config_path)

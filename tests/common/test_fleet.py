@@ -87,6 +87,7 @@ def fleet(tmp_path):
     )
     key_file = tmp_path / "key"
     key_file.write_text(KEY + "\n")
+    key_file.chmod(0o600)
     config = tmp_path / "glm5.yaml"
     config.write_text(
         f"server: {{api_key_file: {key_file}}}\n"

@@ -120,8 +120,10 @@ def test_api_key_file_is_read_once_for_everyone(tmp_path):
 
     key = tmp_path / "key"
     key.write_text("  sk-1\n")
+    key.chmod(0o600)
     assert read_api_key(key) == "sk-1"
     assert read_api_key(None) is None
     key.write_text("\n")
+    key.chmod(0o600)
     with pytest.raises(ConfigError, match="is empty"):
         read_api_key(key)

@@ -67,9 +67,19 @@ def test_validate_refuses_them_with_exit_78(tmp_path, capsys, text):
     assert str(path) in capsys.readouterr().err
 
 
-def test_validate_warns_when_the_engine_is_open_without_a_key(tmp_path, capsys):
+def test_an_engine_open_without_a_key_is_refused_by_validate_command_and_serve(tmp_path, capsys):
     path = tmp_path / "glm5.yaml"
     path.write_text("server: {host: 0.0.0.0}\n")
+    for argv in (["validate", str(path)], ["--config", str(path), "command"]):
+        assert main(argv) == EXIT_CONFIG
+        said = capsys.readouterr().err
+        assert "0.0.0.0:30000 with no API key" in said and "allow_unauthenticated" in said
+    run = subprocess.run(
+        [sys.executable, "-m", "glm5svc", "--config", str(path), "serve"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert run.returncode == EXIT_CONFIG and "allow_unauthenticated" in run.stderr
+    path.write_text("server: {host: 0.0.0.0, allow_unauthenticated: true}\n")
     assert main(["validate", str(path)]) == 0
     assert "WARNING: the engine listens on 0.0.0.0:30000 with no API key" in capsys.readouterr().err
     path.write_text("server: {host: 127.0.0.1}\n")
@@ -77,19 +87,33 @@ def test_validate_warns_when_the_engine_is_open_without_a_key(tmp_path, capsys):
     assert "WARNING" not in capsys.readouterr().err
 
 
+def test_a_key_file_others_can_read_is_refused(tmp_path, capsys):
+    key_file = tmp_path / "key"
+    key_file.write_text("sk-1\n")
+    key_file.chmod(0o644)
+    path = tmp_path / "glm5.yaml"
+    path.write_text(f"server: {{host: 0.0.0.0, api_key_file: {key_file}}}\n")
+    for argv in (["validate", str(path)], ["--config", str(path), "command"]):
+        assert main(argv) == EXIT_CONFIG
+        assert "mode 0644" in capsys.readouterr().err
+    key_file.chmod(0o640)
+    assert main(["validate", str(path)]) == 0
+
+
 @pytest.mark.parametrize("key", ["-starts-with-dash", "ünï", "tab\there"])
 def test_validate_refuses_an_api_key_that_cannot_reach_sglang(tmp_path, capsys, key):
     key_file = tmp_path / "key"
     key_file.write_text(key)
+    key_file.chmod(0o600)
     path = tmp_path / "glm5.yaml"
     path.write_text(f"server: {{api_key_file: {key_file}}}\n")
     assert main(["validate", str(path)]) == EXIT_CONFIG
     assert "server.api_key_file" in capsys.readouterr().err
 
 
-def test_command_explain_warns_when_the_engine_is_open_without_a_key(tmp_path):
+def test_command_explain_warns_when_the_engine_is_open_without_a_key_on_purpose(tmp_path):
     path = tmp_path / "glm5.yaml"
-    path.write_text("server: {host: 0.0.0.0}\n")
+    path.write_text("server: {host: 0.0.0.0, allow_unauthenticated: true}\n")
     run = subprocess.run(
         [sys.executable, "-m", "glm5svc", "--config", str(path), "command", "--explain"],
         capture_output=True, text=True,

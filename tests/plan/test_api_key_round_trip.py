@@ -59,6 +59,7 @@ def test_generated_keys_reach_sglang_exactly_or_are_refused(sglang_parser_python
     for i, key in enumerate(keys):
         key_file = tmp_path / f"key-{i}"
         key_file.write_bytes(key.encode("utf-8", "surrogatepass"))
+        key_file.chmod(0o600)
         try:
             sent = read_api_key(key_file)  # what validate checks and the probes send
         except ConfigError as exc:

@@ -64,7 +64,15 @@ def test_reference_launch():
     }
     assert set(caches) == set(CACHE_VARIABLES)
     assert "--skip-server-warmup" in flags
-    # The defaults listen on 0.0.0.0 without a key: said loudly, once.
+    # The defaults listen on loopback only: nothing to warn about.
+    assert plan.warnings == []
+    assert flags["--host"] == "127.0.0.1"
+
+
+def test_an_open_engine_without_a_key_is_refused_unless_the_config_says_so():
+    with pytest.raises(ConfigError, match="allow_unauthenticated"):
+        plan_for({"server": {"host": "0.0.0.0"}})
+    plan = plan_for({"server": {"host": "0.0.0.0", "allow_unauthenticated": True}})
     assert len(plan.warnings) == 1 and "with no API key" in plan.warnings[0]
 
 
@@ -159,6 +167,7 @@ def test_env_overrides_warn():
 def test_api_key_never_in_argv(tmp_path):
     key_file = tmp_path / "key"
     key_file.write_text("sk-very-secret\n")
+    key_file.chmod(0o600)
     plan = plan_for({"server": {"api_key_file": str(key_file)}})
     assert not any("sk-very-secret" in token for token in plan.argv)
     assert "sk-very-secret" not in json.dumps(to_dict(plan.summary()))
@@ -194,6 +203,15 @@ def parsed_by_sglang(python, argvs):
     assert result.returncode == 0, result.stderr[-2000:]
     found = json.loads(result.stdout.splitlines()[-1])
     return found["results"], set(found["options"]), found["version"]
+
+
+def parser_dests(python):
+    """{option string: dest} of the real parser of `python`'s sglang."""
+    result = subprocess.run(
+        [str(python), str(SGLANG_PARSER_SCRIPT), "[]"], capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    return json.loads(result.stdout.splitlines()[-1])["dests"]
 
 
 def test_command_explain_on_example_config():

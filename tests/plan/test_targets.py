@@ -268,6 +268,7 @@ def reference_plan(profile: str, version: str, tmp_path: Path):
     tokenizer path, extra_args, shared-experts fusion off."""
     key_file = tmp_path / "key"
     key_file.write_text("k")
+    key_file.chmod(0o600)
     config = config_from_mapping(
         {
             "model": {"tokenizer_path": "/models/tok"},

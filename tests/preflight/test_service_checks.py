@@ -7,7 +7,10 @@ import json
 import os
 import socket
 
-from glm5svc.config import config_from_mapping
+import pytest
+
+from glm5svc.config import config_from_mapping, read_api_key
+from glm5svc.errors import ConfigError
 from glm5svc.facts import HostFacts
 from glm5svc.preflight.rows import FAIL, OK, WARN, PreflightContext
 from glm5svc.preflight.run import default_checks
@@ -46,14 +49,25 @@ def test_free_ports_pass():
     assert [row.status for row in rows] == [OK, OK]
 
 
-def test_an_engine_open_beyond_loopback_without_a_key_is_said_loudly(tmp_path):
+def test_an_engine_open_beyond_loopback_without_a_key_fails_unless_meant(tmp_path):
     open_engine = check_exposure(context({"server": {"host": "0.0.0.0"}}))[0]
+    assert open_engine.status == FAIL and "with no API key" in open_engine.detail
+    meant = {"server": {"host": "0.0.0.0", "allow_unauthenticated": True}}
+    open_engine = check_exposure(context(meant))[0]
     assert open_engine.status == WARN and "with no API key" in open_engine.detail
     assert check_exposure(context({"server": {"host": "127.0.0.1"}}))[0].status == OK
     key = tmp_path / "key"
     key.write_text("k3y-for-tests")
+    key.chmod(0o600)
     keyed = check_exposure(context({"server": {"host": "0.0.0.0", "api_key_file": str(key)}}))
     assert keyed[0].status == OK
+    key.chmod(0o604)
+    config = config_from_mapping({"server": {"host": "0.0.0.0", "api_key_file": str(key)}})
+    with pytest.raises(ConfigError) as unusable:
+        read_api_key(config.server.api_key_file)
+    facts = HostFacts.given(config, nvml_error="no NVML here", key_error=str(unusable.value))
+    keyed = check_exposure(PreflightContext(config, facts))
+    assert keyed[0].status == FAIL and "mode 0604" in keyed[0].detail
 
 
 def test_preflight_runs_them():

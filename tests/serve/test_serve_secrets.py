@@ -11,6 +11,7 @@ def test_api_key_and_env_secrets_stay_out_of_the_log_and_status(serve, tmp_path)
     key_file = tmp_path / "api-key"
     key_file.write_text(KEY + "\n")
     key_file.chmod(0o600)
+    key_file.chmod(0o600)
     process = serve(
         "load=0.2",
         server={

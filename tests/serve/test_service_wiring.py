@@ -71,6 +71,7 @@ def test_each_host_fact_is_read_once_per_serve(tmp_path, monkeypatch):
     and its redactor all use the facts read once."""
     key_file = tmp_path / "api-key"
     key_file.write_text("sk-once\n")
+    key_file.chmod(0o600)
     site = site_with_sglang(tmp_path, "0.5.11")
     server = {
         "api_key_file": str(key_file),
