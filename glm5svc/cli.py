@@ -135,7 +135,7 @@ def _schema(args: argparse.Namespace) -> str | None:
 def _failed(exc: Glm5Error, schema: str | None) -> int:
     """The error on stderr; with --json also its document on stdout."""
     if schema:
-        emit_error(schema, str(exc), exc.exit_status, exc.problems)
+        emit_error(schema, str(exc), exc.exit_status, exc.problems, **exc.fields)
     else:
         print(f"glm5svc: {exc.render()}", file=sys.stderr)
     return exc.exit_status

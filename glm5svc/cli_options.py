@@ -21,7 +21,7 @@ from typing import Any
 import annotated_types
 from pydantic import BaseModel
 
-from glm5svc.config import MAX_SECONDS, Config
+from glm5svc.config import MAX_SECONDS, Config, http_url_problem
 
 _ASCII_WHOLE = re.compile(r"^[-+]?[0-9]+$")
 _ASCII_NUMBER = re.compile(r"^[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?$")
@@ -322,3 +322,11 @@ def config_path(text: str) -> str:
             "$GLM5SVC_CONFIG or /etc/glm5/glm5.yaml"
         )
     return text
+
+
+def http_url(text: str) -> str:
+    """A URL option's value (--base-url, --replica, --gateway): http(s)://host[:port],
+    refused while the command line is read, before a run folder or a request."""
+    if problem := http_url_problem(text):
+        raise argparse.ArgumentTypeError(problem)
+    return text.rstrip("/")

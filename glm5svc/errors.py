@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 # sysexits.h EX_CONFIG: systemd's RestartPreventExitStatus=78 stops restart loops on it.
 EXIT_CONFIG = 78
 
@@ -11,9 +13,16 @@ class Glm5Error(Exception):
 
     exit_status = 1
 
-    def __init__(self, message: str, problems: list[str] | None = None):
+    def __init__(
+        self,
+        message: str,
+        problems: list[str] | None = None,
+        fields: dict[str, Any] | None = None,
+    ):
         super().__init__(message)
         self.problems = list(problems or [])
+        # The command's own fields, kept beside error/exit_status/problems in --json.
+        self.fields = dict(fields or {})
 
     def render(self) -> str:
         lines = [str(self)]

@@ -12,7 +12,7 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
-from glm5svc.cli_options import Range, add_number
+from glm5svc.cli_options import Range, add_number, http_url
 from glm5svc.config import (
     MAX_COUNT,
     MAX_SECONDS,
@@ -21,7 +21,7 @@ from glm5svc.config import (
     resolve_config_path,
     rules_of,
 )
-from glm5svc.errors import ConfigError
+from glm5svc.errors import ConfigError, Glm5Error
 from glm5svc.json_output import emit
 
 EXIT_STOPPED = 1
@@ -61,7 +61,9 @@ def register(subparsers):
         config="benchmark.warmup_requests",
         help="warm-up requests before each level",
     )
-    parser.add_argument("--base-url", help="server URL (default: from the config's server)")
+    parser.add_argument(
+        "--base-url", type=http_url, help="server URL (default: from the config's server)"
+    )
     parser.add_argument(
         "--python",
         help="interpreter that runs sglang.bench_serving (default: benchmark.python, else "
@@ -230,12 +232,24 @@ def run_compare(args) -> int:
             f"WARNING: the workloads differ ({comparison['workloads_differ']}): this is not "
             f"a like-for-like comparison. {comparison['text']}"
         )
+    if args.fail_on_regression and not comparison["rows"]:
+        raise NothingCompared(
+            f"bench compare --fail-on-regression: {comparison['text']}: the gate cannot pass "
+            "on no figures; compare runs that measured the same concurrency levels",
+            fields=comparison,
+        )
     exit_status = EXIT_REGRESSION if args.fail_on_regression and comparison["regressed"] else 0
     if args.json:
         emit(args.json_schema, comparison, ok=exit_status == 0)
     else:
         _print_comparison(comparison)
     return exit_status
+
+
+class NothingCompared(Glm5Error):
+    """A regression gate given no common figure: it fails as a regression does."""
+
+    exit_status = EXIT_REGRESSION
 
 
 def _print_comparison(comparison: dict) -> None:

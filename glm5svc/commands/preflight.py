@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from glm5svc.config import load_config
+from glm5svc.errors import Glm5Error
 from glm5svc.json_output import emit
+from glm5svc.preflight.rows import FAIL
 from glm5svc.preflight.run import run_preflight
 
 
@@ -18,8 +20,15 @@ def register(subparsers):
 
 def run(args) -> int:
     report = run_preflight(load_config(args.config))
+    if args.json and report.has_failures:
+        failed = [row for row in report.rows if row.status == FAIL]
+        raise Glm5Error(
+            f"preflight failed: {len(failed)} check(s) failed",
+            problems=[f"{row.name}: {row.detail}; fix: {row.fix}" for row in failed],
+            fields=report.to_dict(),
+        )
     if args.json:
-        emit(args.json_schema, report.to_dict(), ok=not report.has_failures)
+        emit(args.json_schema, report.to_dict())
     else:
         print(report.render())
     return 1 if report.has_failures else 0

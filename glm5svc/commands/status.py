@@ -8,9 +8,11 @@ import json
 import urllib.error
 import urllib.request
 
+from pydantic import ValidationError
+
 from glm5svc import fleet
-from glm5svc.cli_options import Range, add_number
-from glm5svc.config import MAX_SECONDS, FleetSection, load_config, read_api_key
+from glm5svc.cli_options import Range, add_number, http_url
+from glm5svc.config import MAX_SECONDS, FleetSection, describe_error, load_config, read_api_key
 from glm5svc.errors import ConfigError, Glm5Error
 from glm5svc.json_output import emit, schema_name
 from glm5svc.records import BenchmarkStatus, Diagnosis, RecordError, StatusDocument
@@ -50,11 +52,13 @@ def register(subparsers):
     parser.add_argument(
         "--replica",
         action="append",
+        type=http_url,
         metavar="URL",
         help="a replica's glm5svc listener, e.g. http://10.0.0.11:9400 (repeat; implies --fleet)",
     )
     parser.add_argument(
         "--gateway",
+        type=http_url,
         metavar="URL",
         help="the gateway, e.g. http://10.0.0.10:30000 (implies --fleet)",
     )
@@ -118,8 +122,9 @@ def run_fleet(args) -> int:
             replicas=args.replica or list(config.fleet.replicas),
             gateway=args.gateway or config.fleet.gateway,
         )
-    except ValueError as exc:
-        raise ConfigError(f"--replica/--gateway: {exc}") from None
+    except ValidationError as exc:
+        problems = [describe_error(error) for error in exc.errors(include_url=False)]
+        raise ConfigError("--replica/--gateway: not usable", problems=problems) from None
     if not listed.replicas and not listed.gateway:
         raise ConfigError(
             "status --fleet: no replicas and no gateway; list them in the config's fleet "

@@ -102,11 +102,13 @@ def _usage(parser):
 
 
 def _request(args):
+    from glm5svc.commands.validate import check_config
     from glm5svc.config import load_config
     from glm5svc.tune.search import Workload
     from glm5svc.tune.session import TuneRequest
 
     config = load_config(args.config)
+    check_config(config, args.config)  # refused as validate refuses it, before any trial
     problems = []
     if args.resume and args.run_dir:
         problems.append("--resume and --run-dir: give one (a resumed tune keeps its directory)")

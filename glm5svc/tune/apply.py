@@ -1,47 +1,179 @@
 """`glm5svc tune apply`: the tuned overlay into the configuration file, then a restart.
 
-The merged configuration is validated and planned before anything is written; the file
-is replaced atomically and the previous one kept beside it (`<file>.before-tune-<time>`).
+The overlay (tuned.yaml) is read with the configuration's strict reader and checked for
+its shape; the merged configuration is validated and planned before anything is written.
+The file is edited as a round trip (ruamel.yaml): its comments, order and quoting stay,
+only the tuned keys change, and the text written is read back to prove it holds exactly
+the merged configuration that is reported. A symlinked configuration is written through
+(its target changes, the link stays). The previous file is kept beside the target
+(`<file>.before-tune-<time>`); both are written atomically (temporary file in the same
+folder, fsync, rename). When the disk is full, read-only or not writable, nothing is left
+behind and the message says what to free or fix.
 """
 
 from __future__ import annotations
 
-import shutil
+import errno
+import io
+import os
 import subprocess
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import yaml
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap
+from ruamel.yaml.error import YAMLError
 
 from glm5svc.atomic_file import write_atomic
-from glm5svc.config import config_from_mapping, resolve_config_path
-from glm5svc.config_yaml import ConfigLoader
+from glm5svc.config import TuningSection, config_from_mapping, resolve_config_path
+from glm5svc.config_yaml import parse_yaml, read_config_bytes
 from glm5svc.errors import ConfigError, Glm5Error
 from glm5svc.facts import HostFacts
 from glm5svc.launch_plan import plan_for_service
+from glm5svc.sglang_flags import parse_extra_args
 from glm5svc.tune.guard import UNIT, unit_active
 from glm5svc.tune.outputs import TUNED_FILE, read_summary
-from glm5svc.tune.session import measured_on, read_mapping
+from glm5svc.tune.session import measured_on
 from glm5svc.tune.space import apply_candidate
+
+HEADER_START = "# Tuned by `glm5svc tune apply"
+
+
+def read_overlay(run_dir: Path) -> dict[str, Any]:
+    """tuned.yaml: `tuning:` keys of the configuration and `server: {extra_args: [...]}`."""
+    tuned = Path(run_dir) / TUNED_FILE
+    fix = f"run `glm5svc tune run` for {run_dir}, or give the run directory it wrote"
+    try:
+        document = parse_yaml(read_config_bytes(tuned), str(tuned))
+    except FileNotFoundError:
+        raise ConfigError(f"{tuned}: no such file: not a tune's run directory; {fix}") from None
+    except OSError as exc:
+        raise ConfigError(f"{tuned}: cannot read: {exc.strerror or exc}; {fix}") from None
+    overlay = document.data if document.data is not None else {}
+    problems = overlay_problems(overlay)
+    if problems:
+        lines = [document.line_of(p.split(":")[0].split(".")) for p in problems]
+        located = [f"line {n}: {p}" if n else p for n, p in zip(lines, problems, strict=True)]
+        raise ConfigError(f"{tuned}: not a tune's overlay; {fix}", problems=located)
+    return overlay
+
+
+def overlay_problems(overlay: Any) -> list[str]:
+    """Why `overlay` is not what tune writes (empty when it is)."""
+    if not isinstance(overlay, dict):
+        return ["(top level): must be a mapping with tuning: and server: {extra_args: [...]}"]
+    problems = [
+        f"{key}: unknown key; a tune's overlay holds only tuning and server.extra_args"
+        for key in overlay
+        if key not in ("tuning", "server")
+    ]
+    tuning = overlay.get("tuning", {})
+    if not isinstance(tuning, dict):
+        problems.append("tuning: must be a mapping of tuning keys, e.g. max_running_requests: 64")
+    else:
+        problems += [
+            f"tuning.{key}: not a key of the configuration's tuning section"
+            for key in tuning
+            if key not in TuningSection.model_fields
+        ]
+    server = overlay.get("server", {})
+    if not isinstance(server, dict) or set(server) - {"extra_args"}:
+        problems.append("server: must hold extra_args only, e.g. {extra_args: [--flag, value]}")
+    else:
+        args = server.get("extra_args", [])
+        if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+            problems.append("server.extra_args: must be a list of strings (flags and values)")
+        else:
+            try:
+                parse_extra_args(args)
+            except ConfigError as exc:
+                problems.append(str(exc))
+    return problems
 
 
 def overlay_as_candidate(overlay: dict[str, Any]) -> dict[str, Any]:
     candidate: dict[str, Any] = {}
     for key, value in (overlay.get("tuning") or {}).items():
         candidate[f"tuning.{key}"] = value
-    args = list((overlay.get("server") or {}).get("extra_args") or [])
-    index = 0
-    while index < len(args):
-        flag = args[index]
-        following = args[index + 1] if index + 1 < len(args) else None
-        if following is not None and not following.startswith("--"):
-            candidate[flag] = following
-            index += 2
-        else:
-            candidate[flag] = True
-            index += 1
+    args = (overlay.get("server") or {}).get("extra_args") or []
+    for flag, values in parse_extra_args(list(args)):
+        candidate[flag] = values[0] if values else True
     return candidate
+
+
+def _round_trip() -> YAML:
+    rt = YAML(typ="rt")
+    rt.preserve_quotes = True
+    rt.width = 4096
+    rt.indent(mapping=2, sequence=4, offset=2)
+    return rt
+
+
+def edited_text(text: str, merged: dict[str, Any], header: str) -> str:
+    """`text` with the tuning section and server.extra_args of `merged`, comments kept."""
+    rt = _round_trip()
+    try:
+        document = rt.load(text)
+    except YAMLError as exc:  # parse_yaml read it already; this would be a ruamel quirk
+        raise ConfigError(f"the configuration cannot be edited in place: {exc}") from None
+    if document is None:
+        document = CommentedMap()
+    for section in ("tuning", "server"):
+        wanted = merged.get(section)
+        if not isinstance(wanted, dict):
+            continue
+        if not isinstance(document.get(section), dict):
+            document[section] = CommentedMap()
+        keys = (
+            wanted
+            if section == "tuning"
+            else {k: wanted[k] for k in ("extra_args",) if k in wanted}
+        )
+        for key, value in keys.items():
+            if key not in document[section] or document[section][key] != value:
+                document[section][key] = value
+    out = io.StringIO()
+    rt.dump(document, out)
+    body = out.getvalue()
+    lines = body.splitlines(keepends=True)
+    if lines and lines[0].startswith(HEADER_START):
+        body = "".join(lines[1:])
+    return header + body
+
+
+def changed_keys(original: dict[str, Any], merged: dict[str, Any]) -> dict[str, Any]:
+    """What the write changes, as an overlay: the keys whose value differs."""
+    changed: dict[str, Any] = {}
+    tuning_before = original.get("tuning") or {}
+    for key, value in (merged.get("tuning") or {}).items():
+        if key not in tuning_before or tuning_before[key] != value:
+            changed.setdefault("tuning", {})[key] = value
+    args_before = (original.get("server") or {}).get("extra_args") or []
+    args_after = (merged.get("server") or {}).get("extra_args") or []
+    if args_before != args_after:
+        changed["server"] = {"extra_args": args_after}
+    return changed
+
+
+def disk_problem(exc: OSError, folder: Path, size: int) -> str:
+    """What to free or fix when the configuration's folder cannot take the new files."""
+    if exc.errno == errno.ENOSPC:
+        return (
+            f"no space left on the file system of {folder}: free at least {2 * size} bytes "
+            "there (the backup and the new file) and apply again"
+        )
+    if exc.errno == errno.EROFS:
+        return (
+            f"{folder} is on a read-only file system: remount it read-write, or apply to a "
+            "writable copy with --config"
+        )
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return (
+            f"cannot write in {folder}: permission denied; run as the user that owns it "
+            "(sudo), or give this user write access to the folder"
+        )
+    return f"cannot write in {folder}: {exc.strerror or exc}"
 
 
 class MeasuredElsewhere(ConfigError):
@@ -83,23 +215,23 @@ def _check_measured_here(run_dir: Path, config, force: bool) -> list[str]:
 def apply_tune(
     run_dir: Path, config_arg: str | None, restart: bool, force: bool = False
 ) -> dict[str, Any]:
+    overlay = read_overlay(run_dir)
     tuned = Path(run_dir) / TUNED_FILE
-    try:
-        overlay = yaml.load(tuned.read_text(encoding="utf-8"), Loader=ConfigLoader) or {}  # noqa: S506
-    except (OSError, UnicodeDecodeError, RecursionError, yaml.YAMLError) as exc:
-        raise Glm5Error(
-            f"{tuned}: not a tune's result ({exc}); run glm5svc tune run first"
-        ) from None
-    if not isinstance(overlay, dict) or set(overlay) - {"tuning", "server"}:
-        raise Glm5Error(f"{tuned}: not a tune's overlay (only tuning: and server.extra_args)")
     path = resolve_config_path(config_arg)
+    target = Path(os.path.realpath(path))  # a symlink is written through
     if not overlay:
         return {
             "config": str(path),
             "changed": {},
             "messages": ["nothing to apply: no setting measured better than the start"],
         }
-    original = read_mapping(path)
+    try:
+        text = read_config_bytes(target, str(path))
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the configuration: {exc.strerror or exc}") from None
+    original = parse_yaml(text, str(path)).data or {}
+    if not isinstance(original, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of sections")
     forced = _check_measured_here(Path(run_dir), config_from_mapping(original, str(path)), force)
     merged = apply_candidate(original, overlay_as_candidate(overlay))
     config = config_from_mapping(merged, f"{path} with {tuned}")
@@ -108,13 +240,26 @@ def apply_tune(
     except Glm5Error as exc:
         raise ConfigError(f"the tuned configuration does not plan: {exc.render()}") from None
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    backup = path.with_name(f"{path.name}.before-tune-{stamp}")
-    shutil.copy2(path, backup)
-    header = (
-        f"# Tuned by `glm5svc tune apply {run_dir}` ({stamp}); the previous file: {backup.name}.\n"
-    )
-    write_atomic(path, header + yaml.safe_dump(merged, sort_keys=False))
-    messages = [*forced, f"wrote {path} (the previous one: {backup})"]
+    backup = target.with_name(f"{target.name}.before-tune-{stamp}")
+    header = f"{HEADER_START} {run_dir}` ({stamp}); the previous file: {backup.name}.\n"
+    new_text = edited_text(text, merged, header)
+    written = parse_yaml(new_text, str(path)).data
+    if written != merged:  # what is reported is what the file holds, or nothing is written
+        raise Glm5Error(f"{path}: the edited file would not hold the tuned settings; not written")
+    mode = target.stat().st_mode & 0o7777
+    try:
+        write_atomic(backup, text, mode=mode)
+        try:
+            write_atomic(target, new_text, mode=mode)
+        except BaseException:
+            backup.unlink(missing_ok=True)
+            raise
+    except OSError as exc:
+        raise Glm5Error(
+            f"{path}: not changed: {disk_problem(exc, target.parent, len(new_text))}"
+        ) from None
+    where = f"{path} (through the link to {target})" if target != Path(path) else str(path)
+    messages = [*forced, f"wrote {where} (the previous one: {backup})"]
     restarted = False
     if restart:
         if unit_active(UNIT):
@@ -132,8 +277,9 @@ def apply_tune(
             messages.append(f"{UNIT} is not active: it uses the tuned settings at its next start")
     return {
         "config": str(path),
+        "written": str(target),
         "backup": str(backup),
-        "changed": overlay,
+        "changed": changed_keys(original, merged),
         "restarted": restarted,
         "messages": messages,
     }

@@ -14,7 +14,8 @@ import yaml
 
 from glm5svc.atomic_file import write_atomic
 from glm5svc.bench.results import SUMMARY_SCHEMA
-from glm5svc.errors import Glm5Error
+from glm5svc.config_yaml import read_regular_bytes
+from glm5svc.errors import ConfigError, Glm5Error
 from glm5svc.tune.host_figures import read_start
 from glm5svc.tune.search import TrialRecord, describe_candidate, gain
 from glm5svc.tune.space import Value, overlay_of
@@ -27,6 +28,64 @@ STUDY_FILE = "tune.json"  # written by glm5svc/tune/session.py when a tune begin
 BASELINE_DIR = "baseline"
 # The container role merges this variable into /etc/glm5/glm5.yaml (roles/glm5_service).
 HOST_VARS_KEY = "glm5_service_config_extra"
+
+
+ROW_KINDS: dict[str, tuple[type, ...]] = {
+    "trial": (int,),
+    "setting": (str,),
+    "status": (str,),
+    "runs": (int,),
+    "verdict": (str,),
+    "best": (bool,),
+    "diagnosis": (str,),
+}
+NUMBER_OR_NULL = (
+    "throughput_mean",
+    "throughput_low",
+    "throughput_high",
+    "ttft_p99_ms",
+    "power_share",
+    "kv_pool_tokens",
+)
+
+
+def checked_summary(run_dir: Path) -> dict[str, Any]:
+    """summary.json of a finished tune, its shape checked (what `tune show` prints from
+    it); ConfigError naming the file, the key, the cause and the fix."""
+    path = Path(run_dir) / SUMMARY_FILE
+    fix = "give the run directory of a finished `glm5svc tune run` (it writes summary.json)"
+
+    def refused(key: str, cause: str) -> ConfigError:
+        return ConfigError(f"{path}: {key}: {cause}. Fix: {fix}")
+
+    try:
+        summary = json.loads(read_regular_bytes(path).decode("utf-8"))
+    except FileNotFoundError:
+        raise refused("(file)", "no such file") from None
+    except OSError as exc:
+        raise refused("(file)", f"cannot read: {exc.strerror or exc}") from None
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise refused("(file)", f"not JSON ({str(exc).splitlines()[0]})") from None
+    if not isinstance(summary, dict):
+        raise refused("(top level)", f"a JSON {type(summary).__name__}, not an object")
+    trials = summary.get("trials")
+    if not isinstance(trials, list):
+        raise refused("trials", "missing or not a list: not a tune's summary")
+    for index, row in enumerate(trials):
+        if not isinstance(row, dict):
+            raise refused(f"trials[{index}]", "not an object")
+        for key, kinds in ROW_KINDS.items():
+            if not isinstance(row.get(key), kinds):
+                raise refused(
+                    f"trials[{index}].{key}", f"{row.get(key)!r} is not a {kinds[0].__name__}"
+                )
+        for key in NUMBER_OR_NULL:
+            value = row.get(key)
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int | float)
+            ):
+                raise refused(f"trials[{index}].{key}", f"{value!r} is not a number or null")
+    return summary
 
 
 def trial_row(record: TrialRecord, start: dict[str, Value], confidence: float) -> dict:
@@ -84,7 +143,7 @@ def trials_markdown(rows: list[dict]) -> str:
     for row in rows:
         if row["throughput_mean"] is None:
             figure = "-"
-        elif row["throughput_low"] is None:
+        elif row["throughput_low"] is None or row["throughput_high"] is None:
             figure = f"{row['throughput_mean']:,.0f}"
         else:
             figure = (
@@ -191,17 +250,22 @@ def start_records(run_dir: Path) -> list[dict[str, Any]]:
 
 
 def read_summary(run_dir: Path) -> dict[str, Any]:
-    """A finished tune's summary.json, or, while it runs, its trials so far."""
+    """A finished tune's summary.json (checked_summary), or, while it runs (tune.json but
+    no summary.json yet), its trials so far."""
+    run_dir = Path(run_dir)
+    if (run_dir / SUMMARY_FILE).exists() or not (run_dir / STUDY_FILE).exists():
+        return checked_summary(run_dir)
     try:
-        return json.loads((run_dir / SUMMARY_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        pass
-    try:
-        study = json.loads((run_dir / STUDY_FILE).read_text(encoding="utf-8"))
+        study = json.loads(read_regular_bytes(run_dir / STUDY_FILE).decode("utf-8"))
     except (OSError, ValueError) as exc:
         raise Glm5Error(
             f"{run_dir}: not a tune's run directory (no {SUMMARY_FILE}, {STUDY_FILE}: {exc})"
         ) from None
+    if not isinstance(study, dict):
+        raise ConfigError(
+            f"{run_dir / STUDY_FILE}: (top level): a JSON {type(study).__name__}, not an "
+            "object. Fix: give the run directory `glm5svc tune run` wrote"
+        )
     records = []
     for path in sorted((run_dir / "trials").glob("[0-9][0-9][0-9].json")):
         try:

@@ -9,6 +9,7 @@ the outputs (glm5svc/tune/outputs.py).
 from __future__ import annotations
 
 import json
+import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -18,7 +19,7 @@ from typing import Any
 from glm5svc.atomic_file import write_atomic
 from glm5svc.bench.sweep import new_run_dir, telemetry_sampler
 from glm5svc.config import Config, config_from_mapping, resolve_config_path
-from glm5svc.config_yaml import parse_yaml, read_config_bytes
+from glm5svc.config_yaml import parse_yaml, read_config_bytes, read_regular_bytes
 from glm5svc.errors import ConfigError, Glm5Error
 from glm5svc.facts import HostFacts
 from glm5svc.json_output import now_utc
@@ -64,6 +65,56 @@ def read_mapping(path: Path) -> dict[str, Any]:
     return data or {}
 
 
+STUDY_KEYS = {"workload": dict, "settings": dict, "space": dict, "start": dict}
+STUDY_DB = "study.db"
+
+
+def _short(exc: BaseException) -> str:
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+
+def _study_error(path: Path, key: str, cause: str) -> ConfigError:
+    return ConfigError(
+        f"{path}: {key}: {cause}. Fix: --resume a run directory that `glm5svc tune run` "
+        "wrote (its tune.json and study.db unchanged), or start a new tune without --resume"
+    )
+
+
+def read_study(run_dir: Path) -> dict[str, Any]:
+    """tune.json of a run directory, its shape checked, and its study.db checked to be an
+    SQLite database Optuna wrote; ConfigError naming file, key, cause and fix."""
+    path = Path(run_dir) / STUDY_FILE
+    try:
+        saved = json.loads(read_regular_bytes(path).decode("utf-8"))
+    except FileNotFoundError:
+        raise _study_error(path, "(file)", "no such file: not a tune run directory") from None
+    except OSError as exc:
+        raise _study_error(path, "(file)", f"cannot read: {exc.strerror or exc}") from None
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise _study_error(path, "(file)", f"not JSON ({_short(exc)})") from None
+    if not isinstance(saved, dict):
+        raise _study_error(path, "(top level)", f"a JSON {type(saved).__name__}, not an object")
+    for key, kind in STUDY_KEYS.items():
+        if not isinstance(saved.get(key), kind):
+            found = "missing" if key not in saved else f"a {type(saved[key]).__name__}"
+            raise _study_error(path, key, f"{found}, expected an object")
+    _check_study_db(Path(run_dir) / STUDY_DB)
+    return saved
+
+
+def _check_study_db(path: Path) -> None:
+    """study.db, when there, must be an SQLite database with Optuna's tables."""
+    if not path.exists():
+        return
+    try:
+        with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+            tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master")}
+    except sqlite3.Error as exc:
+        raise _study_error(path, "(file)", f"not an SQLite database ({exc})") from None
+    if "studies" not in tables:
+        raise _study_error(path, "(file)", "an SQLite database without Optuna's tables")
+
+
 class Tune:
     def __init__(
         self,
@@ -103,11 +154,14 @@ class Tune:
         request = self.request
         if request.resume:
             self.run_dir = Path(request.resume)
+            saved = read_study(self.run_dir)
             try:
-                saved = json.loads((self.run_dir / STUDY_FILE).read_text(encoding="utf-8"))
-            except (OSError, ValueError) as exc:
-                raise Glm5Error(
-                    f"--resume {self.run_dir}: not a tune run directory ({STUDY_FILE}: {exc})"
+                self.space = space_from_dict(saved["space"])
+                workload = Workload(**saved["workload"])
+                settings = request.settings.resumed(saved["settings"])
+            except (KeyError, TypeError, ValueError) as exc:
+                raise _study_error(
+                    self.run_dir / STUDY_FILE, "space/workload/settings", _short(exc)
                 ) from None
             if saved.get("start") != _jsonable(self.start):
                 raise ConfigError(
@@ -115,14 +169,6 @@ class Tune:
                     "ones this study started from; resume with the same configuration or "
                     "start a new tune"
                 )
-            try:
-                self.space = space_from_dict(saved["space"])
-            except (KeyError, TypeError, ValueError) as exc:
-                raise Glm5Error(
-                    f"--resume {self.run_dir}: {STUDY_FILE} has no space ({exc})"
-                ) from None
-            workload = Workload(**saved["workload"])
-            settings = request.settings.resumed(saved["settings"])
             return workload, settings
         if request.run_dir:
             self.run_dir = Path(request.run_dir)

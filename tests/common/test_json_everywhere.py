@@ -235,10 +235,10 @@ CASES: dict[tuple[str, ...], list[Case]] = {
             schema=schema_name(["status", "fleet"]),
         ),  # fmt: skip
         Case(
-            "fleet: a bad URL",
+            "fleet: a bad URL (refused as the command line is read)",
             lambda e: ["--config", str(EXAMPLE), "status", "--replica", "ftp://x"],
-            78,
-            schema=schema_name(["status", "fleet"]),
+            2,
+            schema=schema_name(["usage"]),
         ),  # fmt: skip
     ],
     ("telemetry",): [
@@ -302,11 +302,11 @@ CASES: dict[tuple[str, ...], list[Case]] = {
             ],
             78,
         ),  # fmt: skip
-        Case("no such run", lambda e: ["tune", "apply", str(e.tmp / "none"), "--no-restart"], 1),
+        Case("no such run", lambda e: ["tune", "apply", str(e.tmp / "none"), "--no-restart"], 78),
     ],
     ("tune", "show"): [
         Case("a recorded tune", lambda e: ["tune", "show", str(TUNE_RUN)], 0),
-        Case("no such run", lambda e: ["tune", "show", str(e.tmp / "none")], 1),
+        Case("no such run", lambda e: ["tune", "show", str(e.tmp / "none")], 78),
     ],
     ("validate",): [
         Case("the example", lambda e: ["validate", str(EXAMPLE)], 0),

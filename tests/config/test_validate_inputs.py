@@ -144,3 +144,39 @@ def test_a_listen_host_that_is_no_address_is_refused(tmp_path, capsys, host):
     assert "service.listen_host" in capsys.readouterr().err
     done = run_cli("--config", str(config), "status")
     assert done.returncode == EXIT_CONFIG and "Traceback" not in done.stderr
+
+
+BASELINE = Path(__file__).parents[2] / "glm5svc/data/baselines/reference-8x-rtx-pro-6000.json"
+
+
+def test_a_regression_gate_with_nothing_to_compare_fails(tmp_path, capsys):
+    empty = json.loads(BASELINE.read_text())
+    empty["levels"] = {}
+    path = write(tmp_path / "empty.json", json.dumps(empty))
+    argv = ["bench", "compare", str(path), "reference-8x-rtx-pro-6000"]
+    assert main([*argv, "--json"]) == 0  # without the gate: a comparison that says so
+    capsys.readouterr()
+    assert main([*argv, "--fail-on-regression", "--json"]) == 3
+    document = json.loads(capsys.readouterr().out)
+    assert document["ok"] is False and document["exit_status"] == 3
+    assert "nothing to compare" in document["error"] and document["rows"] == []
+
+
+def test_preflight_json_failure_has_the_envelope_of_every_failure():
+    done = run_cli("--config", "/dev/null", "preflight", "--json", timeout=120)
+    assert done.returncode == 1
+    document = json.loads(done.stdout)
+    assert document["ok"] is False and document["exit_status"] == 1
+    assert document["error"].startswith("preflight failed") and document["problems"]
+    assert document["checks"]  # the report's own fields stay beside them
+
+
+def test_tune_run_refuses_what_validate_refuses_before_any_trial(tmp_path):
+    config = write(tmp_path / "glm5.yaml", "server: {host: 0.0.0.0}\n")
+    said = run_cli("validate", str(config)).stderr
+    done = run_cli(
+        "--config", str(config), "tune", "run", "--run-dir", str(tmp_path / "t"), "--json"
+    )
+    assert done.returncode == EXIT_CONFIG
+    assert json.loads(done.stdout)["error"] in said
+    assert not (tmp_path / "t").exists()

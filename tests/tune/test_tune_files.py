@@ -1,0 +1,168 @@
+"""tune's own files read strictly (file, key, cause, fix; never a traceback), and `tune
+apply` on real file systems: through symlinks, comments kept, nothing left on a full or
+read-only disk, exactly what it reports."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from glm5svc.cli import main
+from glm5svc.errors import EXIT_CONFIG, ConfigError
+from glm5svc.tune.apply import apply_tune, read_overlay
+from glm5svc.tune.outputs import checked_summary as read_summary
+from glm5svc.tune.session import read_study
+
+CONFIG = """\
+# the operator's notes
+server:
+  host: 127.0.0.1  # loopback only
+  extra_args: [--page-size, "16"]
+
+tuning:
+  # measured on the H200
+  max_running_requests: 32
+"""
+
+
+def run_dir(tmp_path: Path, overlay: str) -> Path:
+    folder = tmp_path / "run"
+    folder.mkdir(exist_ok=True)
+    (folder / "tuned.yaml").write_text(overlay)
+    return folder
+
+
+def test_apply_writes_through_a_symlink_keeping_comments_and_reports_what_it_wrote(tmp_path):
+    real = tmp_path / "real.yaml"
+    real.write_text(CONFIG)
+    link = tmp_path / "glm5.yaml"
+    link.symlink_to(real)
+    folder = run_dir(tmp_path, "tuning: {max_running_requests: 64}\n")
+    result = apply_tune(folder, str(link), restart=False)
+    assert link.is_symlink() and Path(result["written"]) == real
+    text = real.read_text()
+    for comment in ("# the operator's notes", "# loopback only", "# measured on the H200"):
+        assert comment in text
+    written = yaml.safe_load(text)
+    assert written["tuning"]["max_running_requests"] == 64
+    assert result["changed"] == {"tuning": {"max_running_requests": 64}}
+    assert Path(result["backup"]).read_text() == CONFIG
+    assert list(written) == ["server", "tuning"]  # the order stays
+
+
+@pytest.mark.parametrize(
+    ("overlay", "said"),
+    [
+        ("tuning: [1, 2]\n", "tuning: must be a mapping"),
+        ("tuning: {no_such_key: 1}\n", "tuning.no_such_key"),
+        ("server: {extra_args: --flag}\n", "server.extra_args: must be a list"),
+        ("server: {extra_args: ['8192']}\n", "comes before any flag"),
+        ("server: {host: 0.0.0.0}\n", "server: must hold extra_args only"),
+        ("- a\n", "(top level)"),
+        ("gpus: {}\n", "gpus: unknown key"),
+        ("tuning: {a: 1\n", "line"),
+    ],
+)
+def test_a_broken_overlay_is_refused_naming_file_key_and_fix(tmp_path, capsys, overlay, said):
+    config = tmp_path / "glm5.yaml"
+    config.write_text(CONFIG)
+    folder = run_dir(tmp_path, overlay)
+    status = main(["--config", str(config), "tune", "apply", str(folder), "--json"])
+    out, err = capsys.readouterr()
+    assert status == EXIT_CONFIG and "Traceback" not in err
+    document = json.loads(out)
+    assert document["ok"] is False and said in document["error"]
+    assert "tuned.yaml" in document["error"]
+    assert "tune run" in document["error"] or "fix the YAML" in document["error"]
+    assert config.read_text() == CONFIG and len(list(tmp_path.iterdir())) == 2
+
+
+def _mount(folder: Path, options: str) -> bool:
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(folder)], capture_output=True
+    )
+    return done.returncode == 0
+
+
+@pytest.mark.parametrize("trouble", ["full", "read-only"])
+def test_apply_leaves_nothing_on_a_full_or_read_only_disk(tmp_path, trouble):
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if os.geteuid() != 0 or not _mount(disk, "size=16k"):
+        pytest.skip("needs root and tmpfs mounts")
+    try:
+        config = disk / "glm5.yaml"
+        config.write_text(CONFIG)
+        if trouble == "full":
+            fd = os.open(disk / "filler", os.O_WRONLY | os.O_CREAT)
+            try:
+                while os.write(fd, b"x" * 512):
+                    pass
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
+        else:
+            subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=True)
+        before = sorted(p.name for p in disk.iterdir())
+        folder = run_dir(tmp_path, "tuning: {max_running_requests: 64}\n")
+        with pytest.raises(Exception) as caught:
+            apply_tune(folder, str(config), restart=False)
+        message = str(caught.value)
+        expected = "free at least" if trouble == "full" else "read-only file system"
+        assert expected in message and str(disk) in message
+        assert sorted(p.name for p in disk.iterdir()) == before  # no backup, no temp file
+        assert config.read_text() == CONFIG
+    finally:
+        subprocess.run(["umount", str(disk)], check=False)
+
+
+def test_tune_json_of_the_wrong_shape_is_refused_naming_the_key(tmp_path):
+    (tmp_path / "tune.json").write_text(json.dumps({"workload": [], "settings": {}}))
+    with pytest.raises(ConfigError, match=r"tune\.json: workload: a list, expected an object"):
+        read_study(tmp_path)
+    (tmp_path / "tune.json").write_text("{")
+    with pytest.raises(ConfigError, match="not JSON"):
+        read_study(tmp_path)
+
+
+def test_a_corrupt_study_db_is_refused(tmp_path):
+    study = {"workload": {}, "settings": {}, "space": {}, "start": {}}
+    (tmp_path / "tune.json").write_text(json.dumps(study))
+    (tmp_path / "study.db").write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(ConfigError, match=r"study\.db: \(file\): not an SQLite database"):
+        read_study(tmp_path)
+    (tmp_path / "study.db").unlink()
+    with sqlite3.connect(tmp_path / "study.db") as db:
+        db.execute("CREATE TABLE other (x)")
+    with pytest.raises(ConfigError, match="without Optuna's tables"):
+        read_study(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("summary", "said"),
+    [
+        ([], "(top level)"),
+        ({"trials": {}}, "trials: missing or not a list"),
+        ({"trials": [1]}, "trials[0]: not an object"),
+        ({"trials": [{"trial": "0"}]}, "trials[0].trial"),
+    ],
+)
+def test_a_summary_from_somewhere_else_is_refused(tmp_path, capsys, summary, said):
+    (tmp_path / "summary.json").write_text(json.dumps(summary))
+    with pytest.raises(ConfigError) as caught:
+        read_summary(tmp_path)
+    assert said in str(caught.value)
+    assert main(["tune", "show", str(tmp_path)]) == EXIT_CONFIG
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_overlay_reader_accepts_what_tune_writes(tmp_path):
+    folder = run_dir(tmp_path, "server: {extra_args: [--chunked-prefill-size, '4096']}\n")
+    assert read_overlay(folder) == {"server": {"extra_args": ["--chunked-prefill-size", "4096"]}}
