@@ -68,9 +68,9 @@ def checked_summary(run_dir: Path) -> dict[str, Any]:
         raise refused("(file)", f"not JSON ({str(exc).splitlines()[0]})") from None
     if not isinstance(summary, dict):
         raise refused("(top level)", f"a JSON {type(summary).__name__}, not an object")
-    trials = summary.get("trials")
+    trials = summary.setdefault("trials", [])
     if not isinstance(trials, list):
-        raise refused("trials", "missing or not a list: not a tune's summary")
+        raise refused("trials", f"a {type(trials).__name__}, not a list: not a tune's summary")
     for index, row in enumerate(trials):
         if not isinstance(row, dict):
             raise refused(f"trials[{index}]", "not an object")

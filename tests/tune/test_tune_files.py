@@ -35,6 +35,7 @@ def run_dir(tmp_path: Path, overlay: str) -> Path:
     folder = tmp_path / "run"
     folder.mkdir(exist_ok=True)
     (folder / "tuned.yaml").write_text(overlay)
+    (folder / "summary.json").write_text("{}")  # measured nowhere known: applied with force
     return folder
 
 
@@ -44,7 +45,7 @@ def test_apply_writes_through_a_symlink_keeping_comments_and_reports_what_it_wro
     link = tmp_path / "glm5.yaml"
     link.symlink_to(real)
     folder = run_dir(tmp_path, "tuning: {max_running_requests: 64}\n")
-    result = apply_tune(folder, str(link), restart=False)
+    result = apply_tune(folder, str(link), restart=False, force=True)
     assert link.is_symlink() and Path(result["written"]) == real
     text = real.read_text()
     for comment in ("# the operator's notes", "# loopback only", "# measured on the H200"):
@@ -73,14 +74,14 @@ def test_a_broken_overlay_is_refused_naming_file_key_and_fix(tmp_path, capsys, o
     config = tmp_path / "glm5.yaml"
     config.write_text(CONFIG)
     folder = run_dir(tmp_path, overlay)
-    status = main(["--config", str(config), "tune", "apply", str(folder), "--json"])
+    status = main(["--config", str(config), "tune", "apply", str(folder), "--force", "--json"])
     out, err = capsys.readouterr()
     assert status == EXIT_CONFIG and "Traceback" not in err
     document = json.loads(out)
     assert document["ok"] is False and said in document["error"]
     assert "tuned.yaml" in document["error"]
     assert "tune run" in document["error"] or "fix the YAML" in document["error"]
-    assert config.read_text() == CONFIG and len(list(tmp_path.iterdir())) == 2
+    assert config.read_text() == CONFIG and len(list(tmp_path.iterdir())) == 2  # no backup
 
 
 def _mount(folder: Path, options: str) -> bool:
@@ -113,7 +114,7 @@ def test_apply_leaves_nothing_on_a_full_or_read_only_disk(tmp_path, trouble):
         before = sorted(p.name for p in disk.iterdir())
         folder = run_dir(tmp_path, "tuning: {max_running_requests: 64}\n")
         with pytest.raises(Exception) as caught:
-            apply_tune(folder, str(config), restart=False)
+            apply_tune(folder, str(config), restart=False, force=True)
         message = str(caught.value)
         expected = "free at least" if trouble == "full" else "read-only file system"
         assert expected in message and str(disk) in message
@@ -149,7 +150,7 @@ def test_a_corrupt_study_db_is_refused(tmp_path):
     ("summary", "said"),
     [
         ([], "(top level)"),
-        ({"trials": {}}, "trials: missing or not a list"),
+        ({"trials": {}}, "trials: a dict, not a list"),
         ({"trials": [1]}, "trials[0]: not an object"),
         ({"trials": [{"trial": "0"}]}, "trials[0].trial"),
     ],
