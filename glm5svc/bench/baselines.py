@@ -118,19 +118,3 @@ def _from_data(data: Any, source: str) -> dict[str, Any]:
     if problems:
         raise ConfigError(f"baseline {source}: not valid", problems=problems)
     return {**data, "name": data.get("name") or Path(source).stem, "source": source}
-
-
-WORKLOAD_FIELDS = ("input_len", "output_len")
-
-
-def workload_difference(current: dict[str, Any], baseline: dict[str, Any]) -> str | None:
-    """How the two runs' workloads differ (input/output lengths), when both recorded them."""
-    plans = (current.get("plan") or {}, baseline.get("plan") or {})
-    if not all(isinstance(plan, dict) for plan in plans):
-        return None
-    differing = [
-        f"{field} {plans[0][field]} vs {plans[1][field]}"
-        for field in WORKLOAD_FIELDS
-        if field in plans[0] and field in plans[1] and plans[0][field] != plans[1][field]
-    ]
-    return ", ".join(differing) or None

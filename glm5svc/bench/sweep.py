@@ -177,6 +177,7 @@ def _measure_and_write(
         judgement.underused_power_share,
         baseline,
         judgement.regression_threshold_pct,
+        summary.plan,
     )
     if stopped and not any(level.metrics for level in levels):
         # Nothing measured: no results directory that looks like a run.

@@ -125,16 +125,24 @@ def level_figures(levels: list[LevelResult]) -> dict[str, dict[str, float]]:
 
 
 def compare_with_baseline(
-    levels: list[LevelResult], baseline: dict[str, Any], threshold_pct: float
+    levels: list[LevelResult],
+    baseline: dict[str, Any],
+    threshold_pct: float,
+    not_judged: str | None = None,
 ) -> dict[str, Any]:
     """Per level and metric present on both sides: percent change; regression = a drop of
     more than threshold_pct. Levels the baseline has no figure for are listed, not failed."""
-    return compare_figures(level_figures(levels), baseline, threshold_pct)
+    return compare_figures(level_figures(levels), baseline, threshold_pct, not_judged)
 
 
 def compare_figures(
-    current: dict[str, dict[str, float]], baseline: dict[str, Any], threshold_pct: float
+    current: dict[str, dict[str, float]],
+    baseline: dict[str, Any],
+    threshold_pct: float,
+    not_judged: str | None = None,
 ) -> dict[str, Any]:
+    """`not_judged`: why the two workloads are not like for like; the changes are shown,
+    and nothing is called a regression or "within" the threshold."""
     rows = []
     base_levels: dict[str, dict[str, float]] = baseline.get("levels", {})
     missing = []
@@ -156,11 +164,17 @@ def compare_figures(
                     "current": value,
                     "baseline": expected,
                     "change_pct": change,
-                    "regressed": key not in INFORMATIONAL_METRICS and change < -threshold_pct,
+                    "regressed": (
+                        not_judged is None
+                        and key not in INFORMATIONAL_METRICS
+                        and change < -threshold_pct
+                    ),
                 }
             )
     regressed_rows = [r for r in rows if r["regressed"]]
-    if not rows:
+    if not_judged is not None:
+        text = f"no verdict against baseline {baseline.get('name')!r}: {not_judged}"
+    elif not rows:
         text = f"nothing to compare with baseline {baseline.get('name')!r} (no common level)"
     elif regressed_rows:
         worst = min(regressed_rows, key=lambda r: r["change_pct"])
@@ -176,6 +190,8 @@ def compare_figures(
         "source": baseline.get("source"),
         "threshold_pct": threshold_pct,
         "regressed": bool(regressed_rows),
+        "judged": not_judged is None,
+        "not_judged": not_judged,
         "compared_levels": sorted({r["concurrency"] for r in rows}),
         "levels_without_baseline": missing,
         "rows": rows,
@@ -189,6 +205,7 @@ def all_verdicts(
     underused_share: float,
     baseline: dict[str, Any] | None,
     regression_threshold_pct: float,
+    plan: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     verdicts: dict[str, Any] = {
         "knee": find_knee(levels, knee_gain_pct),
@@ -201,5 +218,35 @@ def all_verdicts(
         else None
     )
     if baseline is not None:
-        verdicts["baseline"] = compare_with_baseline(levels, baseline, regression_threshold_pct)
+        not_judged = workload_difference({"name": "this run", "plan": plan or {}}, baseline)
+        verdicts["baseline"] = compare_with_baseline(
+            levels, baseline, regression_threshold_pct, not_judged
+        )
     return verdicts
+
+
+WORKLOAD_FIELDS = ("input_len", "output_len")
+
+
+def workload_difference(current: dict[str, Any], baseline: dict[str, Any]) -> str | None:
+    """Why the two runs' figures cannot be judged against each other, or None when both
+    recorded their input and output lengths and these agree. A baseline that did not record
+    them (the shipped reference's lengths were not written down) gives no verdict either."""
+    plans = (current.get("plan") or {}, baseline.get("plan") or {})
+    if not all(isinstance(plan, dict) for plan in plans):
+        return "a run's plan is not a mapping"
+    unknown = [
+        name
+        for name, plan in zip(
+            (current.get("name") or "A", baseline.get("name") or "B"), plans, strict=True
+        )
+        if not all(field in plan for field in WORKLOAD_FIELDS)
+    ]
+    if unknown:
+        return f"{' and '.join(map(repr, unknown))} did not record its input and output lengths"
+    differing = [
+        f"{field} {plans[0][field]} vs {plans[1][field]}"
+        for field in WORKLOAD_FIELDS
+        if plans[0][field] != plans[1][field]
+    ]
+    return ("the workloads differ: " + ", ".join(differing)) if differing else None

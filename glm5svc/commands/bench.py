@@ -213,8 +213,8 @@ class _Progress:
 
 
 def run_compare(args) -> int:
-    from glm5svc.bench.baselines import load_baseline, usable_figure, workload_difference
-    from glm5svc.bench.verdicts import compare_figures
+    from glm5svc.bench.baselines import load_baseline, usable_figure
+    from glm5svc.bench.verdicts import compare_figures, workload_difference
 
     current = load_baseline(args.a)
     baseline = load_baseline(args.b)
@@ -224,14 +224,10 @@ def run_compare(args) -> int:
     figures = {
         c: {k: v for k, v in f.items() if usable_figure(v)} for c, f in current["levels"].items()
     }
-    comparison = compare_figures(figures, baseline, threshold)
+    not_judged = workload_difference(current, baseline)
+    comparison = compare_figures(figures, baseline, threshold, not_judged)
     comparison["current"] = current.get("name")
-    comparison["workloads_differ"] = workload_difference(current, baseline)
-    if comparison["workloads_differ"]:
-        comparison["text"] = (
-            f"WARNING: the workloads differ ({comparison['workloads_differ']}): this is not "
-            f"a like-for-like comparison. {comparison['text']}"
-        )
+    comparison["workloads_differ"] = not_judged
     if args.fail_on_regression and not comparison["rows"]:
         raise NothingCompared(
             f"bench compare --fail-on-regression: {comparison['text']}: the gate cannot pass "

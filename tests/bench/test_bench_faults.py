@@ -223,7 +223,22 @@ def test_compare_says_when_the_workloads_differ(tmp_path, capsys):
     b = summary_file(tmp_path / "b.json", 1000.0, input_len=1024, output_len=512)
     code, out = compare(capsys, str(a), str(b))
     assert code == 0
-    assert "workloads differ (input_len 64 vs 1024, output_len 24 vs 512)" in " ".join(out.split())
+    text = " ".join(out.split())
+    assert "no verdict against baseline" in text
+    assert "the workloads differ: input_len 64 vs 1024, output_len 24 vs 512" in text
+
+
+def test_a_gate_on_another_workload_gives_no_verdict(tmp_path, capsys):
+    """A 64-in/16-out run against the shipped reference (lengths not recorded) once printed
+    "+1959.8 %" and "within 5 % of baseline or better"; now it judges nothing."""
+    a = summary_file(tmp_path / "a.json", 1.0, input_len=64, output_len=16)
+    b = summary_file(tmp_path / "b.json", 1000.0, input_len=1024, output_len=512)
+    code, out = compare(capsys, str(a), str(b), "--fail-on-regression")
+    assert code == 0 and "no verdict" in out and "within" not in out
+    code, out = compare(capsys, str(a), "reference-8x-rtx-pro-6000", "--fail-on-regression")
+    text = " ".join(out.split())
+    assert code == 0
+    assert "did not record its input and output lengths" in text and "within" not in text
 
 
 def test_compare_help_says_which_side_is_the_baseline():

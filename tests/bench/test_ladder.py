@@ -35,9 +35,12 @@ def make_plan(bench_python, tokenizer, base_url, **changes) -> BenchPlan:
     return plan.with_overrides(**changes)
 
 
-def write_baseline(path: Path, levels: dict[int, float]) -> Path:
+def write_baseline(
+    path: Path, levels: dict[int, float], input_len: int = 64, output_len: int = 24
+) -> Path:
     data = {
         "name": "synthetic",
+        "plan": {"input_len": input_len, "output_len": output_len},
         "levels": {str(c): {"total_throughput": tput} for c, tput in levels.items()},
     }
     path.write_text(json.dumps(data))
@@ -143,7 +146,7 @@ def test_cli_regression_exit_and_no_telemetry(
     bench_python, tiny_tokenizer, engine, tmp_path, capsys, monkeypatch
 ):
     monkeypatch.setenv("GLM5SVC_CONFIG", str(tmp_path / "absent.yaml"))
-    huge = write_baseline(tmp_path / "huge.json", {8: 1e6})
+    huge = write_baseline(tmp_path / "huge.json", {8: 1e6}, 32, 8)
     argv = [
         "bench", "--ladder", "8", "--input-len", "32", "--output-len", "8",
         "--num-prompts", "16", "--base-url", engine.base_url, "--python", bench_python,
@@ -212,7 +215,7 @@ def test_post_start_hook_runs_the_short_ladder(bench_python, tiny_tokenizer, eng
     from glm5svc.config import Config
     from glm5svc.records import BenchmarkStatus, from_dict, to_dict
 
-    huge = write_baseline(tmp_path / "huge.json", {4: 1e6})
+    huge = write_baseline(tmp_path / "huge.json", {4: 1e6}, 32, 8)
     config = Config.model_validate(
         {
             "model": {"tokenizer_path": tiny_tokenizer, "served_name": "glm-5"},

@@ -38,7 +38,7 @@ def test_post_start_benchmark_marks_degraded_not_unready(bench_python, tiny_toke
         "output_len": 8,
         "warmup_requests": 1,
         # Far above what the test engine can do: the run is "below baseline".
-        "baseline": str(write_baseline(tmp_path / "huge.json", {4: 1e6})),
+        "baseline": str(write_baseline(tmp_path / "huge.json", {4: 1e6}, 32, 8)),
         "post_start": {
             "enabled": True,
             "ladder": [4],

@@ -30,6 +30,7 @@ SHORT_RUN_TESTS = {
     "reliability.py": "test_reliability_short",
     "telemetry.py": "test_telemetry_short",
     "tune_fleet.py": "test_tune_fleet_short",
+    "tune_method.py": "test_tune_method_short",
 }
 
 
@@ -112,6 +113,16 @@ def test_lab_cycles_short(tmp_path):
     header, row = done.stdout.splitlines()[:2]
     assert "root filesystems" in header and "site.yml" in header
     assert row.split()[:4] == ["lab-up.log", "ok", "12s", "28s"] and "6m40s" in row
+
+
+def test_tune_method_short(tmp_path):
+    out = tmp_path / "method.json"
+    done = run([sys.executable, "bench/tune_method.py", "--short", "--out", str(out)], 120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = json.loads(out.read_text())
+    assert [r["start_sigma"] for r in rows] == [0.015, 0.01, 0.03, 0.08]
+    assert all(0 <= r["false_promotion"] <= 1 and r["passes"] == 20 for r in rows)
+    assert "false promotion" in done.stdout
 
 
 def test_overhead_short():

@@ -102,6 +102,7 @@ class Env:
         level = next(iter(data["levels"]))
         data["levels"] = {level: {"total_throughput": throughput}}
         data["name"] = f"run-{throughput}"
+        data["plan"] = {"input_len": 1024, "output_len": 512}  # a verdict needs the lengths
         return self.file(f"summary-{throughput}.json", json.dumps(data))
 
     def provision(self, hosts: str = "localhost") -> list[str]:
