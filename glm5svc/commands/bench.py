@@ -153,6 +153,10 @@ def run(args) -> int:
         exit_status = EXIT_STOPPED
     elif args.fail_on_regression and summary.below_baseline:
         exit_status = EXIT_REGRESSION
+    elif args.fail_on_regression and not summary.verdicts.get("baseline", {}).get("judged", True):
+        # A gate that cannot judge (another workload, or none to compare with) must not pass.
+        print(f"glm5svc bench: {summary.verdicts['baseline']['text']}", file=sys.stderr)
+        exit_status = EXIT_REGRESSION
     else:
         exit_status = 0
     if args.json:
@@ -228,6 +232,12 @@ def run_compare(args) -> int:
     comparison = compare_figures(figures, baseline, threshold, not_judged)
     comparison["current"] = current.get("name")
     comparison["workloads_differ"] = not_judged
+    if args.fail_on_regression and not_judged is not None:
+        raise NothingCompared(
+            f"bench compare --fail-on-regression: {comparison['text']}: the gate cannot judge "
+            "runs of different workloads; compare runs of the same input and output lengths",
+            fields=comparison,
+        )
     if args.fail_on_regression and not comparison["rows"]:
         raise NothingCompared(
             f"bench compare --fail-on-regression: {comparison['text']}: the gate cannot pass "

@@ -233,9 +233,11 @@ def test_a_gate_on_another_workload_gives_no_verdict(tmp_path, capsys):
     "+1959.8 %" and "within 5 % of baseline or better"; now it judges nothing."""
     a = summary_file(tmp_path / "a.json", 1.0, input_len=64, output_len=16)
     b = summary_file(tmp_path / "b.json", 1000.0, input_len=1024, output_len=512)
-    code, out = compare(capsys, str(a), str(b), "--fail-on-regression")
+    code, out = compare(capsys, str(a), str(b))
     assert code == 0 and "no verdict" in out and "within" not in out
-    code, out = compare(capsys, str(a), "reference-8x-rtx-pro-6000", "--fail-on-regression")
+    code, out = compare(capsys, str(a), str(b), "--fail-on-regression")
+    assert code == 3 and "the gate cannot judge runs of different workloads" in out
+    code, out = compare(capsys, str(a), "reference-8x-rtx-pro-6000")
     text = " ".join(out.split())
     assert code == 0
     assert "did not record its input and output lengths" in text and "within" not in text
