@@ -21,6 +21,7 @@ from glm5svc.provision.runner import (
     no_host_matched,
     no_hosts_error,
     run_playbook,
+    unreachable_hints,
 )
 
 DEFAULT_LOG_DIR = Path(os.environ.get("GLM5SVC_PROVISION_LOGS", "/var/log/glm5svc"))
@@ -31,7 +32,9 @@ def register(subparsers):
         "provision", help="run site.yml (host, then container) with a live view and a summary"
     )
     parser.add_argument("--project", default=".", help="the glm5svc checkout holding site.yml")
-    parser.add_argument("-i", "--inventory", help="inventory (default: ansible.cfg's)")
+    parser.add_argument(
+        "-i", "--inventory", help="the site's inventory, e.g. inventory/<site>/hosts.yml"
+    )
     parser.add_argument("--playbook", default="site.yml", help="the playbook, in --project")
     ansible = parser.add_argument_group("passed to ansible-playbook as they are")
     ansible.add_argument("--check", action="store_true", help="change nothing, report")
@@ -112,6 +115,7 @@ def _summary_dict(progress: Progress, rc: int, log_path: Path, extra: list[str])
         "ansible_rc": rc,
         "ansible_arguments": extra,
         "log": str(log_path),
+        "hints": unreachable_hints(progress),
         "hosts": {
             name: {
                 "ok": tally.ok,
@@ -136,5 +140,7 @@ def _summary(console: Console, progress: Progress, rc: int, log_path: Path) -> N
             console.print(f"  changed: {task}")
         for task, message in tally.messages.items():
             console.print(f"  {task}:\n    " + message.replace("\n", "\n    "), highlight=False)
+    for hint in unreachable_hints(progress):
+        console.print(f"[yellow]{hint}[/]", highlight=False)
     console.print(f"full log: {log_path}")
     console.print("[green]provisioned[/]" if rc == 0 else f"[red]failed (ansible rc {rc})[/]")

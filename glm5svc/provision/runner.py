@@ -175,6 +175,24 @@ def _ansible_env(project_dir: Path) -> dict[str, str]:
     }
 
 
+def unreachable_hints(progress: Progress) -> list[str]:
+    """For a run with unreachable hosts: each one with Ansible's message, and what to check."""
+    hosts = {name: tally for name, tally in progress.hosts.items() if tally.unreachable}
+    if not hosts:
+        return []
+    lines = [
+        f"unreachable: {name} ({' '.join(list(tally.messages.values())[-1:]).strip()[:200]})"
+        for name, tally in hosts.items()
+    ]
+    check = (
+        "check for each: ansible_host in the inventory is the machine's address; "
+        "`ssh root@<address> true` works from here (key loaded, host key known); a container "
+        "reached through its host (glm5_pct) needs that host reachable and the container "
+        "running (`pct status <CTID>` there); then run again, or --limit the hosts that are up"
+    )
+    return [*lines, check]
+
+
 def no_host_matched(progress: Progress) -> bool:
     """Nothing ran on any host: every play was skipped, or ansible refused the --limit."""
     if progress.hosts:

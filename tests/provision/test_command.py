@@ -111,3 +111,26 @@ def test_no_host_matched_is_an_error_naming_the_pattern_and_groups(
     assert "provisioned" not in captured.out.replace("nothing was provisioned", "")
     assert pattern in captured.err and (limit or pattern) in captured.err
     assert f"the groups with hosts in {project / 'hosts.yml'}: lab" in captured.err
+
+
+@pytest.mark.timeout(120)
+def test_unreachable_hosts_are_named_with_what_to_check(project, tmp_path, capsys):
+    (project / "hosts.yml").write_text(
+        "all:\n  children:\n    lab:\n      hosts:\n        gone-host:\n"
+        "          ansible_host: 192.0.2.1\n          ansible_connection: ssh\n"
+        "          ansible_ssh_common_args: -o ConnectTimeout=1 -o BatchMode=yes\n"
+    )
+    (project / "play.yml").write_text(PLAYBOOK.replace("hosts: localhost\n  connection: local\n",
+                                                       "hosts: lab\n"))  # fmt: skip
+    argv = ["provision", "--project", str(project), "--playbook", "play.yml",
+            "-i", str(project / "hosts.yml"), "--log-dir", str(tmp_path / "logs")]  # fmt: skip
+    status = main(argv)
+    out = " ".join(capsys.readouterr().out.split())
+    assert status == 4, out
+    assert "unreachable: gone-host (" in out
+    assert "ansible_host in the inventory is the machine's address" in out
+    assert "failed (ansible rc 4)" in out
+    status = main([*argv, "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert status == 4 and doc["ok"] is False
+    assert doc["hints"][0].startswith("unreachable: gone-host (")
