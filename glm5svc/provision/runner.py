@@ -232,7 +232,7 @@ def no_hosts_error(
     progress: Progress, limit: str | None, inventory: str | None, groups: list[str]
 ) -> ProvisionError:
     patterns = ", ".join(sorted(set(progress.unmatched or progress.patterns))) or "?"
-    where = inventory or "ansible.cfg's inventory"
+    where = inventory or "the inventory (none given: pass -i)"
     problems = [
         f"the plays' host patterns: {patterns}" + (f"; --limit {limit}" if limit else ""),
         f"the groups with hosts in {where}: {', '.join(groups) if groups else 'none'}",
