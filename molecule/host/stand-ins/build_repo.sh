@@ -31,7 +31,7 @@ deb() {
     mkdir -p "$root$(dirname "$2")"
     case "$1" in /*) src=$1 ;; *) src=$here/$1 ;; esac
     sed "s/@VERSION@/${version%-*}/g" "$src" > "$root$2"
-    case "$2" in */bin/*) chmod 0755 "$root$2" ;; *) chmod 0644 "$root$2" ;; esac
+    case "$2" in */bin/* | /DEBIAN/*) chmod 0755 "$root$2" ;; *) chmod 0644 "$root$2" ;; esac
     shift 2
   done
   {
@@ -57,7 +57,7 @@ driver() {
   deb "$d" nvidia-kernel-support "$v" "nvidia-modprobe" ""
   deb "$d" firmware-nvidia-gsp "$v" "" ""
   deb "$d" nvidia-kernel-open-dkms "$v" "nvidia-kernel-support (= $v), firmware-nvidia-gsp (= $v)" \
-    "libcuda1 (>= ${v%-*})"
+    "libcuda1 (>= ${v%-*})" dkms-postinst.sh /DEBIAN/postinst
   deb "$d" nvidia-driver-cuda "$v" "nvidia-smi (= $v), libcuda1 (= $v), nvidia-support" \
     "nvidia-persistenced, nvidia-kernel-open-dkms (= $v)"
 }

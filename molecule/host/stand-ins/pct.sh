@@ -2,7 +2,8 @@
 # STAND-IN for Proxmox's pct (glm5svc Molecule tests only): logs each call that would
 # change something (not "status" or "config", which check mode may run). "status" reads
 # /etc/glm5-stand-in/ct-<ctid>-status (default "running": a stopped container is modelled by
-# writing "stopped" there); start/stop write it. "create" writes a minimal config like the
+# writing "stopped" there); start/stop write it. "exec" runs the command in a chroot that
+# stands in for the container. "create" writes a minimal config like the
 # real one; "set" changes options above the first [section] the way Proxmox does: under the
 # config lock (flock on /run/lock/lxc/pve-config-<ctid>.lock), the new file written as
 # <file>.tmp.<pid> and renamed over it (pmxcfs allows that rename, not an in-place rewrite).
@@ -16,6 +17,12 @@ case "$1" in
   status) echo "status: $(cat "$state" 2>/dev/null || echo running)" ;;
   config) sed '/^\[/,$d' "$conf" ;;
   reboot) : ;;
+  # A container is a chroot at /var/lib/glm5-stand-in/ct/<ctid>/rootfs (molecule/fresh).
+  exec)
+    [ "$3" = "--" ] || { echo "pct exec <vmid> -- <command>" >&2; exit 2; }
+    ct=/var/lib/glm5-stand-in/ct/$2/rootfs; shift 3
+    [ -d "$ct" ] || { echo "STAND-IN pct: no container root $ct" >&2; exit 2; }
+    exec chroot "$ct" /usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "$@" ;;
   start) echo running > "$state" ;;
   stop) echo stopped > "$state" ;;
   create)
