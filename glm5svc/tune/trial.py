@@ -5,7 +5,12 @@ its own process group, so the candidate is supervised exactly as `glm5.service` 
 supervise it: READY after one real generation, sglang's own drain on SIGTERM, the
 diagnosis of a failed start in its last-run file. The benchmark is `sglang.bench_serving`
 through glm5svc's bench runner, with a GPU telemetry window per run and sglang's
-scheduler gauges sampled beside it for the diagnosis.
+scheduler gauges sampled beside it for the diagnosis. With benchmark.steady, each run is
+one steady window of fresh prompts into a flushed cache (glm5svc/bench/measure.py), after a
+warm-up that waits for the plateau.
+
+Longer than 400 lines: a trial's whole life (start, readiness, warm-up, runs or steady
+windows, stop, the serve log's figures) stays in one place.
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from glm5svc.bench.engine_sampler import FlushRefused
+from glm5svc.bench.measure import Measurement, Measurer
 from glm5svc.bench.plan import BenchPlan
 from glm5svc.bench.runner import run_level
 from glm5svc.config import Config, connect_host, read_api_key
@@ -40,6 +47,8 @@ STOP_MARGIN_S = 30.0  # beyond the service's own drain limit, before the group i
 NOT_FOR_TRIALS = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "GLM5SVC_CONFIG")
 
 LEVEL_FILE = "level.json"
+WINDOW_FILE = "window.json"  # the steady window, its seed and cached share
+MAX_FLAGGED_RUNS = 3  # runs in a row whose window cannot be counted: the trial fails
 CONTINUE, STOP, PRUNE = "continue", "stop", "prune"
 Decide = Callable[[list["RunFigures"]], str]
 
@@ -137,13 +146,35 @@ def _measure(request: TrialRequest, serve: subprocess.Popen, outcome: TrialOutco
     )
     cap = request.config.tuning.max_running_requests
     concurrency = request.bench.ladder[0]
-    if request.warmup_prompts:
+    measurer = None
+    if request.bench.steady:
+        # Fresh prompts into a flushed cache, a warm-up until two windows agree, then one
+        # steady window per run (glm5svc/bench/measure.py).
+        measurer = Measurer(
+            request.bench, concurrency, request.trial_dir / "runs", request.sampler,
+            request.should_stop, request.on_progress,
+        )  # fmt: skip
+        warm = Measurement(concurrency)
+        try:
+            measurer.warm_up(warm, request.bench.seed)
+        except FlushRefused as exc:
+            outcome.status, outcome.failure = "failed", str(exc)
+            return
+        if warm.error:
+            outcome.status, outcome.failure = _run_failed(serve, warm.error)
+            return
+        outcome.diagnosis.append(
+            f"warm-up: {len(warm.warmup)} run(s), "
+            + ("two windows agreed" if warm.warmup_settled else "no plateau within the bound")
+        )
+    elif request.warmup_prompts:
         request.on_progress("warm-up run (discarded)")
         warm = _bench_run(request, client, "warmup", request.warmup_prompts)
         if isinstance(warm, str):
             outcome.status, outcome.failure = _run_failed(serve, warm)
             return
         outcome.warmup = warm
+    flagged = 0
     while True:
         if request.should_stop():
             outcome.status = "interrupted"
@@ -153,7 +184,17 @@ def _measure(request: TrialRequest, serve: subprocess.Popen, outcome: TrialOutco
             break
         label = f"run {len(outcome.runs) + 1}"
         request.on_progress(label)
-        figures = _bench_run(request, client, f"r{len(outcome.runs) + 1:02d}")
+        name = f"r{len(outcome.runs) + flagged + 1:02d}"
+        if measurer is not None:
+            figures = _window_run(request, client, measurer, name, len(outcome.runs))
+            if isinstance(figures, _Flagged):
+                flagged += 1
+                outcome.diagnosis.append(f"{name} not counted: {figures.why}")
+                if flagged < MAX_FLAGGED_RUNS:
+                    continue
+                figures = f"{flagged} runs in a row could not be counted: {figures.why}"
+        else:
+            figures = _bench_run(request, client, name)
         if isinstance(figures, str):
             if request.should_stop():
                 outcome.status = "interrupted"
@@ -194,6 +235,10 @@ def _bench_run(
     (run_dir / LEVEL_FILE).write_text(json.dumps(level.to_dict(), indent=2), encoding="utf-8")
     if not level.ok or level.metrics is None or not level.metrics.total_throughput:
         return level.error or f"{level.completed} of {level.requested} requests completed"
+    return _figures(level, samples, level.metrics.total_throughput, level.metrics.output_throughput)
+
+
+def _figures(level, samples, throughput: float, output_throughput: float | None) -> RunFigures:
     metrics = level.metrics
     # Only while requests were in the engine: bench_serving's own start-up is idle time.
     samples = [s for s in samples if (s.running or 0) + (s.queued or 0) > 0]
@@ -201,8 +246,8 @@ def _bench_run(
     queued = [s.queued for s in samples if s.queued is not None]
     usage = [s.token_usage for s in samples if s.token_usage is not None]
     return RunFigures(
-        throughput=metrics.total_throughput,
-        output_throughput=metrics.output_throughput,
+        throughput=throughput,
+        output_throughput=output_throughput,
         ttft_p99_ms=metrics.latency("ttft", "p99"),
         itl_p99_ms=metrics.latency("itl", "p99"),
         ttft_median_ms=metrics.latency("ttft", "median"),
@@ -214,6 +259,35 @@ def _bench_run(
         completed=level.completed,
         requested=level.requested,
     )
+
+
+@dataclass(frozen=True)
+class _Flagged:
+    why: str
+
+
+def _window_run(
+    request: TrialRequest, client: EngineClient, measurer: Measurer, name: str, index: int
+) -> RunFigures | _Flagged | str:
+    """One steady window: run `index` of every trial sends seed + index (runs pair)."""
+    gauges = _GaugePoller(client)
+    gauges.start()
+    try:
+        run = measurer.run(name, request.bench.seed + index)
+    except FlushRefused as exc:
+        return str(exc)
+    finally:
+        samples = gauges.stop()
+    level = run.level
+    run_dir = request.trial_dir / "runs" / name
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / LEVEL_FILE).write_text(json.dumps(level.to_dict(), indent=2), encoding="utf-8")
+    (run_dir / WINDOW_FILE).write_text(json.dumps(run.to_dict(), indent=2), encoding="utf-8")
+    if not level.ok or level.metrics is None:
+        return level.error or f"{level.completed} of {level.requested} requests completed"
+    if run.throughput is None:
+        return _Flagged(run.flag or "no steady window")
+    return _figures(level, samples, run.throughput, run.window.output_throughput)
 
 
 class _GaugePoller:
