@@ -118,3 +118,33 @@ def test_sigterm_restores_the_unit_and_leaves_no_process(
     assert config.read_bytes() == before
     left = subprocess.run(["pgrep", "-f", str(run_dir)], capture_output=True, text=True)
     assert left.stdout.strip() == "", f"processes left: {left.stdout}"
+
+
+def test_steady_trials_send_paired_fresh_prompts_into_a_flushed_cache(
+    tmp_path, bench_python, tokenizer_dir
+):
+    """benchmark.steady: each trial warms up until the plateau, then each run is one steady
+    window whose seed is the run's index (the same prompts in every trial), the cache
+    flushed before it."""
+    config = write_tune_config(tmp_path, bench_python, tokenizer_dir, "load=0.1")
+    data = yaml.safe_load(config.read_text())
+    data["benchmark"].update(steady=True, window_s=0.5, warmup_max_s=3, warmup_tolerance_pct=50)
+    config.write_text(yaml.safe_dump(data))
+    space = write_space(tmp_path, [{"key": "tuning.max_running_requests", "values": [8, 64]}])
+    run_dir = tmp_path / "tune"
+    done = glm5svc(
+        config, "tune", "run", *WORKLOAD, "--space", str(space), "--max-trials", "2",
+        "--run-dir", str(run_dir), "--json",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    windows = sorted(run_dir.glob("trials/*/runs/r*/window.json"))
+    assert windows, sorted(p.relative_to(run_dir) for p in run_dir.rglob("*.json"))[:20]
+    seeds: dict[str, list[int]] = {}
+    for path in windows:
+        window = json.loads(path.read_text())
+        assert window["flushed"]
+        seeds.setdefault(path.parts[-4], []).append(window["seed"])
+    # A window that could not be counted is measured again with its own seed: run i of
+    # every trial sends the same prompts, so runs pair across trials.
+    for found in seeds.values():
+        assert found == sorted(found) and sorted(set(found)) == list(range(1, max(found) + 1))
