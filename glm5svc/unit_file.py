@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from glm5svc.config import DEFAULT_CONFIG_PATH, ServerSection
+from glm5svc.config import DEFAULT_CONFIG_PATH, Config, ServerSection
 from glm5svc.errors import ConfigError
 from glm5svc.hostfacts.limits import NOFILE
 
@@ -30,12 +30,36 @@ def _checked(name: str, path: Path) -> str:
     return text
 
 
-def render_unit(venv: Path = DEFAULT_VENV, config_path: Path = DEFAULT_CONFIG_PATH) -> str:
-    """The unit text; raises ConfigError for a path systemd would misread."""
+# The folders systemd makes writable for the unit (StateDirectory=, CacheDirectory=,
+# RuntimeDirectory=); a configured folder elsewhere is named in ReadWritePaths=.
+MANAGED_FOLDERS = (Path("/var/lib/glm5"), Path("/var/cache/glm5"), Path("/run/glm5"))
+
+
+def writable_folders(config: Config) -> list[Path]:
+    """The configuration's folders the service writes that systemd does not manage."""
+    wanted = [config.service.results_dir]
+    if config.server.cache_dir is not None:
+        wanted.append(config.server.cache_dir)
+    return [
+        path
+        for path in dict.fromkeys(Path(p) for p in wanted)
+        if not any(path == m or m in path.parents for m in MANAGED_FOLDERS)
+    ]
+
+
+def render_unit(
+    venv: Path = DEFAULT_VENV,
+    config_path: Path = DEFAULT_CONFIG_PATH,
+    writable: list[Path] | tuple[Path, ...] = (),
+) -> str:
+    """The unit text; raises ConfigError for a path systemd would misread. `writable`:
+    folders beyond the managed ones that ProtectSystem=strict must leave writable."""
+    named = " ".join("-" + _checked("a writable folder", Path(p)) for p in writable)
     values = {
         "@GLM5SVC@": _checked("--venv", Path(venv)) + "/bin/glm5svc",
         "@CONFIG@": _checked("--config", Path(config_path)),
         "@NOFILE@": str(NOFILE),
+        "@READ_WRITE_PATHS@": f"ReadWritePaths={named}" if named else "# (none)",
     }
     text = TEMPLATE.read_text(encoding="utf-8")
     for placeholder, value in values.items():

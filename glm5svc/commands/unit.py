@@ -5,8 +5,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from glm5svc.config import resolve_config_path
-from glm5svc.unit_file import render_unit
+from glm5svc.config import load_config, resolve_config_path
+from glm5svc.unit_file import render_unit, writable_folders
 
 
 def register(subparsers):
@@ -24,5 +24,9 @@ def register(subparsers):
 
 
 def run(args) -> int:
-    sys.stdout.write(render_unit(Path(args.venv), resolve_config_path(args.config)))
+    path = resolve_config_path(args.config)
+    # The folders the configuration names (results, caches) stay writable under the
+    # unit's ProtectSystem=strict; without the file yet, the managed defaults.
+    writable = writable_folders(load_config(path)) if path.exists() else []
+    sys.stdout.write(render_unit(Path(args.venv), path, writable))
     return 0

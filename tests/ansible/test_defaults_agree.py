@@ -72,7 +72,9 @@ def test_service_role_defaults_are_glm5svc_defaults():
     for variable, (section, key) in SERVICE_KEYS.items():
         assert defaults[variable] == config[section][key], variable
         assert options[variable].get("default") == config[section][key], variable
-        if variable in inventory and "{{" not in str(inventory[variable]):
+        # The example fleet serves its gateway over the network (with its vaulted key).
+        served = variable == "glm5_service_host" and inventory.get(variable) == "0.0.0.0"
+        if variable in inventory and "{{" not in str(inventory[variable]) and not served:
             assert inventory[variable] == config[section][key], variable
     assert defaults["glm5_service_config_path"] == str(DEFAULT_CONFIG_PATH)
     # server.profile is the one stack variable's default.

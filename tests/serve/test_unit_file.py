@@ -101,3 +101,34 @@ def test_paths_systemd_would_misread_are_refused(venv, config, named, capsys):
         render_unit(Path(venv), Path(config))
     assert main(["--config", config, "unit", "--venv", venv]) == 78
     assert named in capsys.readouterr().err
+
+
+README_EXPOSURE = re.compile(r"exposure of (\d+\.\d) \(`systemd-analyze security`")
+
+
+def test_the_unit_runs_sandboxed_as_its_own_user_with_an_exposure_of_at_most_5(tmp_path):
+    """`systemd-analyze security` on the unit the role installs; the README states the
+    figure it prints, and every sandboxing directive left out is written down."""
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        pytest.skip("systemd-analyze is not installed")
+    text = render_unit()
+    unit = tmp_path / "glm5.service"
+    unit.write_text(text)
+    done = subprocess.run(
+        [analyze, "security", "--offline=yes", "--no-pager", str(unit)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    found = re.search(r"Overall exposure level for glm5\.service: (\d+\.\d)", done.stdout)
+    assert found, done.stdout[-2000:] + done.stderr[-2000:]
+    exposure = float(found.group(1))
+    assert exposure <= 5.0
+    stated = README_EXPOSURE.search((REPO / "README.md").read_text())
+    assert stated and float(stated.group(1)) == exposure
+    service = parse_unit(text)["Service"]
+    assert service["User"] == "glm5" and service["NoNewPrivileges"] == "yes"
+    assert service["ProtectSystem"] == "strict" and service["CapabilityBoundingSet"] == ""
+    for left_out in ("PrivateDevices", "MemoryDenyWriteExecute", "ProcSubset", "PrivateUsers"):
+        assert f"# - {left_out}=" in text, left_out
+    role = (REPO / "roles" / "glm5_service" / "tasks" / "user.yml").read_text()
+    assert "ansible.builtin.user" in role and f"name: {service['User']}" in role
