@@ -15,7 +15,14 @@ from collections.abc import Callable
 
 from glm5svc.bench import Judgement, plan_from_config
 from glm5svc.cli_options import config_path
-from glm5svc.config import Config, load_config, read_api_key, resolve_config_path, rules_of
+from glm5svc.config import (
+    Config,
+    exposure_problem,
+    load_config,
+    read_api_key,
+    resolve_config_path,
+    rules_of,
+)
 from glm5svc.errors import ConfigError
 from glm5svc.json_output import emit
 from glm5svc.launch_plan import check_model_path, plan_for_service
@@ -62,6 +69,7 @@ def check_config(config: Config, path: str | os.PathLike | None = None) -> list[
 
     plan = stage(lambda: plan_for_service(config))  # command, serve, tune
     stage(lambda: check_model_path(config))  # the plan's, even where the key stopped it
+    stage(lambda: _refuse_exposure(config))  # the plan's, even where the model stopped it
     stage(lambda: read_api_key(config.server.api_key_file))  # serve, bench, status --fleet
     stage(lambda: plan_from_config(config))  # bench: the benchmark plan
     stage(lambda: Judgement.from_config(config))  # bench, serve's post-start run
@@ -82,3 +90,8 @@ def check_config(config: Config, path: str | os.PathLike | None = None) -> list[
             problems=[p.removeprefix("  - ") for p in problems],
         )
     return list(getattr(plan, "warnings", []))
+
+
+def _refuse_exposure(config: Config) -> None:
+    if problem := exposure_problem(config):
+        raise ConfigError(problem)

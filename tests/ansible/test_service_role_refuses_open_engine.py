@@ -29,6 +29,8 @@ PLAY = """\
         ({"glm5_service_host": "0.0.0.0", "glm5_service_api_key": "",
           "glm5_service_allow_unauthenticated": True}, False),
         ({"glm5_service_host": "127.0.0.1", "glm5_service_api_key": ""}, False),
+        ({"glm5_service_host": "0.0.0.0", "glm5_service_api_key": "sk-1"}, False),
+        ({"glm5_service_host": "0.0.0.0", "glm5_service_api_key_file": "/etc/glm5/k"}, False),
     ],
 )  # fmt: skip
 def test_an_empty_key_beyond_loopback_fails_the_play_first(tmp_path, extra, refused):
@@ -44,6 +46,7 @@ def test_an_empty_key_beyond_loopback_fails_the_play_first(tmp_path, extra, refu
     )  # fmt: skip
     said = done.stdout + done.stderr
     assert ("with no API key" in said) is refused, said[-3000:]
+    assert "Refuse an engine beyond loopback" in said and "Conditional result" not in said
     if refused:
         assert done.returncode != 0 and "glm5_service_allow_unauthenticated" in said
     assert not config.exists()  # nothing written, refused or (check mode) not

@@ -159,7 +159,7 @@ def test_a_regression_gate_with_nothing_to_compare_fails(tmp_path, capsys):
     assert main([*argv, "--fail-on-regression", "--json"]) == 3
     document = json.loads(capsys.readouterr().out)
     assert document["ok"] is False and document["exit_status"] == 3
-    assert "nothing to compare" in document["error"] and document["rows"] == []
+    assert "the gate cannot" in document["error"] and document["rows"] == []
 
 
 def test_preflight_json_failure_has_the_envelope_of_every_failure():
