@@ -32,6 +32,8 @@ RUN_IN_FULL = {
 # "\udcff": a byte that is not UTF-8, as Python hands it over in sys.argv (surrogateescape).
 VALUES = ["nan", "inf", "-inf", "-1", "0", "1", "0.5", "1e400", "64,256", "4h", "x", "", "--"]
 VALUES += ["\udcff", "/tmp/\udcff"]
+# Numbers int() would take (underscores, spaces, other scripts' digits) and broken URLs.
+VALUES += ["1_000", " 8", "\u0668", "\uff11\uff10", "http://[::1", "http://h:99999", "ftp://x"]
 # Real argv has no NUL byte (execve's strings end at one).
 TEXT = st.text(st.characters(blacklist_characters="\0"), max_size=8)
 IGNORED = (argparse._HelpAction, argparse._VersionAction, argparse._SubParsersAction)  # noqa: SLF001
