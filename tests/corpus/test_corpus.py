@@ -42,7 +42,8 @@ def _mount(folder: Path) -> None:
         pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
 
 
-def _fill(folder: Path) -> None:
+def fill(folder: Path) -> None:
+    """Fill the (small tmpfs) file system of `folder` until a write fails."""
     fd = os.open(folder / "filler", os.O_WRONLY | os.O_CREAT)
     try:
         while os.write(fd, b"x" * 512):
@@ -84,7 +85,7 @@ def lay_out(case: dict, folder: Path) -> list[Path]:
         elif kind == "remount-ro":
             subprocess.run(["mount", "-o", "remount,ro", str(target)], check=True)
         elif kind == "fill":
-            _fill(target)
+            fill(target)
     return mounts
 
 

@@ -18,6 +18,7 @@ from glm5svc.errors import EXIT_CONFIG, ConfigError
 from glm5svc.tune.apply import apply_tune, read_overlay
 from glm5svc.tune.outputs import checked_summary as read_summary
 from glm5svc.tune.session import read_study
+from tests.corpus.test_corpus import fill
 
 CONFIG = """\
 # the operator's notes
@@ -101,14 +102,7 @@ def test_apply_leaves_nothing_on_a_full_or_read_only_disk(tmp_path, trouble):
         config = disk / "glm5.yaml"
         config.write_text(CONFIG)
         if trouble == "full":
-            fd = os.open(disk / "filler", os.O_WRONLY | os.O_CREAT)
-            try:
-                while os.write(fd, b"x" * 512):
-                    pass
-            except OSError:
-                pass
-            finally:
-                os.close(fd)
+            fill(disk)
         else:
             subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=True)
         before = sorted(p.name for p in disk.iterdir())
