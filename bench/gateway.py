@@ -39,7 +39,6 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 import yaml
@@ -51,6 +50,8 @@ from bench.phases import run_phases  # noqa: E402
 from glm5svc.bench.plan import BenchPlan  # noqa: E402
 from glm5svc.bench.runner import bench_serving_command, bench_serving_env  # noqa: E402
 from glm5svc.bench.serving_figures import parse_bench_line  # noqa: E402
+from glm5svc.http_fetch import FetchError, decode_json, fetch_json, fetch_text  # noqa: E402
+from glm5svc.metrics_text import parse_metrics  # noqa: E402
 from testkit.bench_venv import build_bench_serving_venv, make_tokenizer  # noqa: E402
 from testkit.engine import TEST_ENGINE, free_port  # noqa: E402
 from testkit.smg_venv import GATEWAY_DEFAULTS as ROLE_DEFAULTS  # noqa: E402
@@ -64,11 +65,13 @@ LAB_LXCPATH = "/var/lib/glm5-lab/lxc"
 
 
 def get_json(url: str) -> dict:
+    """The JSON url answers, an HTTP error's JSON body included (smg's 503 /readiness)."""
     try:
-        with urllib.request.urlopen(url, timeout=3) as response:
-            return json.loads(response.read())
-    except urllib.error.HTTPError as exc:
-        return json.loads(exc.read() or b"{}")
+        return fetch_json(url, timeout_s=3)
+    except FetchError as exc:
+        if exc.status is None:
+            raise
+        return decode_json(url, exc.body or b"{}")
 
 
 def wait(predicate, timeout: float, what: str) -> float:
@@ -78,7 +81,7 @@ def wait(predicate, timeout: float, what: str) -> float:
         try:
             if predicate():
                 return time.monotonic() - started
-        except (OSError, ValueError):
+        except (FetchError, OSError, ValueError):
             pass
         time.sleep(0.1)
     raise TimeoutError(f"{what} within {timeout} s")
@@ -126,12 +129,9 @@ class Replica:
         return get_json(self.status_url + "/status")
 
     def engine_metric(self, name: str) -> float:
-        """One sglang:<name> value from the engine's /metrics."""
-        with urllib.request.urlopen(self.engine_url + "/metrics", timeout=3) as response:
-            for line in response.read().decode().splitlines():
-                if line.startswith(f"sglang:{name}{{"):
-                    return float(line.rsplit(" ", 1)[1])
-        return 0.0
+        """One sglang:<name> value from the engine's /metrics, summed over label sets."""
+        text = fetch_text(self.engine_url + "/metrics", timeout_s=3)
+        return parse_metrics(text).total(f"sglang:{name}") or 0.0
 
     def running_requests(self) -> float:
         return self.engine_metric("num_running_reqs")

@@ -23,8 +23,6 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -33,7 +31,9 @@ sys.path.insert(0, str(REPO))
 import yaml  # noqa: E402
 
 from bench.phases import run_phases  # noqa: E402
-from glm5svc.serve.process import live_group_members  # noqa: E402
+from glm5svc.child_group import live_group_members  # noqa: E402
+from glm5svc.http_fetch import FetchError, fetch_bytes, fetch_json, fetch_text, post_json  # noqa: E402
+from glm5svc.metrics_text import parse_metrics  # noqa: E402
 from glm5svc.serve.relay import OutputReader  # noqa: E402
 from testkit.engine import TEST_ENGINE, free_port  # noqa: E402
 from testkit.timing import scaled  # noqa: E402
@@ -74,14 +74,14 @@ class Serve:
     def get(self, path: str) -> int:
         url = f"http://127.0.0.1:{self.listen}{path}"
         try:
-            with urllib.request.urlopen(url, timeout=2) as response:
-                return response.status
-        except urllib.error.HTTPError as exc:
-            return exc.code
+            return fetch_bytes(url, timeout_s=2)[0]
+        except FetchError as exc:
+            if exc.status is None:
+                raise
+            return exc.status
 
     def status(self) -> dict:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.listen}/status", timeout=2) as r:
-            return json.loads(r.read())
+        return fetch_json(f"http://127.0.0.1:{self.listen}/status", timeout_s=2)
 
     def wait_ready(self, timeout: float = 60) -> int:
         deadline = time.monotonic() + scaled(timeout)
@@ -92,7 +92,7 @@ class Serve:
                 status = self.status()
                 if status["ready"]:
                     return status["engine_pid"]
-            except OSError:
+            except FetchError:
                 pass
             time.sleep(0.05)
         raise RuntimeError("serve not ready")
@@ -105,24 +105,18 @@ class Serve:
 
 
 def generate(port: int, tokens: int, results: list) -> None:
-    body = json.dumps({"text": "hi", "sampling_params": {"max_new_tokens": tokens}}).encode()
-    request = urllib.request.Request(
-        f"http://127.0.0.1:{port}/generate", body, {"Content-Type": "application/json"}
-    )
+    body = {"text": "hi", "sampling_params": {"max_new_tokens": tokens}}
     try:
-        with urllib.request.urlopen(request, timeout=120) as response:
-            done = json.loads(response.read())["meta_info"]["completion_tokens"] == tokens
-            results.append("completed" if done else "short")
+        reply = post_json(f"http://127.0.0.1:{port}/generate", body, timeout_s=120)
+        done = reply["meta_info"]["completion_tokens"] == tokens
+        results.append("completed" if done else "short")
     except Exception:  # noqa: BLE001 - a cut request is the figure, not an error
         results.append("failed")
 
 
 def running(port: int) -> float:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as response:
-        for line in response.read().decode().splitlines():
-            if line.startswith("sglang:num_running_reqs"):
-                return float(line.rsplit(" ", 1)[1])
-    return 0.0
+    text = fetch_text(f"http://127.0.0.1:{port}/metrics", timeout_s=2)
+    return parse_metrics(text).total("sglang:num_running_reqs") or 0.0
 
 
 def until(predicate, timeout: float, step: float = 0.005) -> float | None:
@@ -246,7 +240,7 @@ def relay_long_line(megabytes: int) -> dict:
 def _not_ready(serve: Serve) -> bool:
     try:
         return serve.get("/readyz") != 200
-    except OSError:
+    except FetchError:
         return True  # serve has exited: nothing answers 200
 
 

@@ -11,12 +11,11 @@ plan in its /status.
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from glm5svc.http_fetch import FetchError, bearer, fetch_json
 from glm5svc.records import RecordError, StatusDocument
 
 
@@ -28,21 +27,18 @@ class Fetched:
     error: str | None = None
 
 
-def fetch_json(url: str, timeout: float, api_key: str | None = None) -> Fetched:
+def fetch_answer(url: str, timeout: float, api_key: str | None = None) -> Fetched:
     """GET url as JSON; an HTTP error with a JSON body still counts as an answer."""
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    request = urllib.request.Request(url, headers=headers)
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return Fetched(url, json.loads(response.read()), response.status)
-    except urllib.error.HTTPError as exc:
+        return Fetched(url, fetch_json(url, timeout_s=timeout, headers=bearer(api_key)), 200)
+    except FetchError as exc:
+        if exc.status is None:
+            return Fetched(url, error=exc.cause)
         try:
-            document = json.loads(exc.read())
+            document = json.loads(exc.body)
         except ValueError:
             document = None
-        return Fetched(url, document, exc.code, f"HTTP {exc.code}")
-    except (OSError, ValueError) as exc:
-        return Fetched(url, error=str(getattr(exc, "reason", exc)))
+        return Fetched(url, document, exc.status, f"HTTP {exc.status}")
 
 
 @dataclass
@@ -162,12 +158,12 @@ def _mark(row: ReplicaRow, worker: dict[str, Any] | None) -> None:
 def read_fleet(
     replicas: list[str], gateway_url: str | None, timeout: float, api_key: str | None
 ) -> FleetView:
-    rows = [replica_row(url, fetch_json(url + "/status", timeout)) for url in replicas]
+    rows = [replica_row(url, fetch_answer(url + "/status", timeout)) for url in replicas]
     gateway: dict[str, Any] = {}
     if gateway_url:
         gateway = gateway_summary(
-            fetch_json(gateway_url + "/readiness", timeout),
-            fetch_json(gateway_url + "/workers", timeout, api_key),
+            fetch_answer(gateway_url + "/readiness", timeout),
+            fetch_answer(gateway_url + "/workers", timeout, api_key),
         )
     unmatched = join(rows, gateway)
     return FleetView(rows, gateway_url, gateway, unmatched)

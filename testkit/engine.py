@@ -6,9 +6,9 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
+
+from glm5svc.http_fetch import FetchError, fetch_bytes
 
 TEST_ENGINE = Path(__file__).resolve().parent / "sglang_test_engine.py"
 
@@ -26,10 +26,9 @@ def wait_healthy(base_url: str, proc: subprocess.Popen, timeout: float = 30.0) -
         if proc.poll() is not None:
             raise RuntimeError(f"test engine exited with {proc.returncode}")
         try:
-            with urllib.request.urlopen(base_url + "/health", timeout=2) as response:
-                if response.status == 200:
-                    return
-        except (urllib.error.URLError, OSError):
+            if fetch_bytes(base_url + "/health", timeout_s=2)[0] == 200:
+                return
+        except FetchError:
             pass
         time.sleep(0.1)
     raise RuntimeError("test engine did not become healthy")

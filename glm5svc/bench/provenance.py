@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from glm5svc import __version__
-from glm5svc.fleet import fetch_json
+from glm5svc.fleet import fetch_answer
 from glm5svc.launch_plan import plan_for_service
 from glm5svc.records import PlanSummary, to_dict
 
@@ -89,7 +89,7 @@ def target_facts(base_url: str | None, api_key: str | None = None) -> dict[str, 
     healthy_workers/total_workers, and GET /workers with its worker list) or one server."""
     if not base_url:
         return {"kind": "unknown"}
-    readiness = fetch_json(base_url.rstrip("/") + "/readiness", timeout=5)
+    readiness = fetch_answer(base_url.rstrip("/") + "/readiness", timeout=5)
     doc = readiness.document
     if not (isinstance(doc, dict) and "healthy_workers" in doc):
         return {"kind": "server", "base_url": base_url}
@@ -99,7 +99,7 @@ def target_facts(base_url: str | None, api_key: str | None = None) -> dict[str, 
         "healthy_workers": doc.get("healthy_workers"),
         "total_workers": doc.get("total_workers"),
     }
-    workers = fetch_json(base_url.rstrip("/") + "/workers", timeout=5, api_key=api_key).document
+    workers = fetch_answer(base_url.rstrip("/") + "/workers", timeout=5, api_key=api_key).document
     if isinstance(workers, dict) and isinstance(workers.get("workers"), list):
         facts["workers"] = [
             {"url": w.get("url"), "is_healthy": w.get("is_healthy")} for w in workers["workers"]

@@ -17,8 +17,6 @@ import signal
 import subprocess
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +26,8 @@ from glm5svc.bench.plan import BenchPlan
 from glm5svc.bench.power import WindowSampler, level_telemetry, unavailable
 from glm5svc.bench.results import LevelResult
 from glm5svc.bench.serving_figures import BenchLineError, last_result_line, parse_bench_line
-from glm5svc.parent_death import die_with_parent
+from glm5svc.child_group import ChildGroup, spawn
+from glm5svc.http_fetch import FetchError, bearer, fetch_bytes
 
 # Printed by bench_serving 0.3 .. 0.5.x (matched by content, as the wording around varies).
 MEASURED_RUN_STARTS = "Starting main benchmark run"
@@ -36,6 +35,7 @@ MEASURED_RUN_ENDS = "Serving Benchmark Result"
 MEASURED_RUN_DELAY_S = 1.0  # bench_serving's time.sleep(1.0) after the start marker
 RAW_LINES_FILE = "bench_serving.jsonl"
 HEALTH_TIMEOUT_S = 30.0
+STOP_GRACE_S = 5.0
 
 
 class BenchTerminated(KeyboardInterrupt):
@@ -123,28 +123,28 @@ def run_level(
     started = time.monotonic()
     windows = _Windows(sampler, f"c={concurrency}", no_telemetry_reason)
     try:
-        proc = subprocess.Popen(
+        group = spawn(
             command,
+            death_signal=signal.SIGTERM,  # it never outlives us
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             text=True,
             errors="replace",
             env=bench_serving_env(plan),
-            start_new_session=True,  # so a timeout or ^C ends bench_serving's whole group
-            preexec_fn=die_with_parent(signal.SIGTERM),  # and it never outlives us
-        )
+        )  # in its own group, so a timeout or ^C ends bench_serving's whole group
     except OSError as exc:
         windows.abandon()
         error = f"cannot run {plan.python}: {exc}"
         return failed_level(concurrency, requested, started, error), None
+    proc = group.popen
     timed_out = threading.Event()
     level_timeout = plan.timeout_for(concurrency)
-    timer = _start_timer(proc, level_timeout, timed_out)
+    timer = _start_timer(group, level_timeout, timed_out)
     stopped = threading.Event()
     if should_stop is not None:
         threading.Thread(
-            target=_stop_when, args=(should_stop, proc, stopped), name="bench-stop", daemon=True
+            target=_stop_when, args=(should_stop, group, stopped), name="bench-stop", daemon=True
         ).start()
     tail: list[str] = []
     try:
@@ -159,7 +159,7 @@ def run_level(
                     windows.end_measured()
         returncode = proc.wait()
     except BaseException:
-        _kill_group(proc)
+        _end_group(group)
         windows.abandon()
         raise
     finally:
@@ -267,17 +267,14 @@ def run_ladder(
 
 def server_health(plan: BenchPlan, timeout: float = HEALTH_TIMEOUT_S) -> tuple[bool, str]:
     """GET /health (SGLang answers 200 when it can generate); (ok, why not)."""
-    request = urllib.request.Request(plan.base_url.rstrip("/") + "/health")
-    if plan.api_key:
-        request.add_header("Authorization", f"Bearer {plan.api_key}")
+    url = plan.base_url.rstrip("/") + "/health"
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return response.status == 200, f"HTTP {response.status}"
-    except urllib.error.HTTPError as exc:
-        return False, f"/health answered HTTP {exc.code}"
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        return False, f"cannot reach {plan.base_url}: {reason}"
+        status, _ = fetch_bytes(url, timeout_s=timeout, headers=bearer(plan.api_key))
+    except FetchError as exc:
+        if exc.status is not None:
+            return False, f"/health answered HTTP {exc.status}"
+        return False, f"cannot reach {plan.base_url}: {exc.cause}"
+    return status == 200, f"HTTP {status}"
 
 
 class _Windows:
@@ -346,13 +343,13 @@ class _Windows:
             self.timer.join()
 
 
-def _start_timer(proc: subprocess.Popen, limit: float | None, flag: threading.Event):
+def _start_timer(group: ChildGroup, limit: float | None, flag: threading.Event):
     if not limit:
         return None
 
     def expire() -> None:
         flag.set()
-        _kill_group(proc)
+        _end_group(group)
 
     timer = threading.Timer(limit, expire)
     timer.daemon = True
@@ -360,26 +357,19 @@ def _start_timer(proc: subprocess.Popen, limit: float | None, flag: threading.Ev
     return timer
 
 
-def _stop_when(should_stop: Callable[[], bool], proc: subprocess.Popen, flag) -> None:
-    while proc.poll() is None:
+def _stop_when(should_stop: Callable[[], bool], group: ChildGroup, flag) -> None:
+    while group.poll() is None:
         if should_stop():
             flag.set()
-            _kill_group(proc)
+            _end_group(group)
             return
         time.sleep(0.2)
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
-    if proc.poll() is not None:
-        return
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=5)
-    except (ProcessLookupError, PermissionError):
-        return
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+def _end_group(group: ChildGroup) -> None:
+    """SIGTERM to bench_serving's group, SIGKILL after STOP_GRACE_S."""
+    if group.poll() is None:
+        group.stop(STOP_GRACE_S, first_signal_to="group")
 
 
 def _read_line(output_file: Path) -> str | None:

@@ -5,8 +5,6 @@ when every replica is ready and the gateway counts all of them healthy)."""
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
 
 from pydantic import ValidationError
 
@@ -14,6 +12,7 @@ from glm5svc import fleet
 from glm5svc.cli_options import Range, add_number, http_url
 from glm5svc.config import MAX_SECONDS, FleetSection, describe_error, load_config, read_api_key
 from glm5svc.errors import ConfigError, Glm5Error
+from glm5svc.http_fetch import FetchError, fetch_bytes
 from glm5svc.json_output import emit, schema_name
 from glm5svc.records import BenchmarkStatus, Diagnosis, RecordError, StatusDocument
 
@@ -73,16 +72,17 @@ def run(args) -> int:
     host = "127.0.0.1" if service.listen_host in ("0.0.0.0", "") else service.listen_host
     url = f"http://{host}:{service.listen_port}/status"
     try:
-        with urllib.request.urlopen(url, timeout=args.timeout) as response:
-            status = json.loads(response.read())
-    except OSError as exc:
+        _, raw = fetch_bytes(url, timeout_s=args.timeout)
+    except FetchError as exc:
         raise Unreachable(
-            f"not reachable at {url}: {exc}",
+            f"not reachable at {exc}",
             problems=[
                 "is the service running? `systemctl status glm5` / `journalctl -u glm5 -e`",
                 RESET_HINT.strip(),
             ],
         ) from None
+    try:
+        status = json.loads(raw)
     except ValueError as exc:
         raise NotAStatus(
             f"{url} answered something that is not JSON ({exc})",

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import json
-import re
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 
 from glm5svc.config import connect_host
+from glm5svc.http_fetch import FetchError, bearer, fetch_bytes
+from glm5svc.metrics_text import MetricsTextError, parse_metrics
 
 GENERATION_CHECK_PROMPT = "The capital of France is"
-_SAMPLE = re.compile(r"^(sglang:[a-zA-Z_:]+)(\{[^}]*\})?\s+([-+0-9.eEinfaN]+)\s*$")
 PROGRESS_COUNTERS = (
     "sglang:generation_tokens_total",
     "sglang:prompt_tokens_total",
@@ -36,17 +34,15 @@ class EngineClient:
         self.api_key = api_key
 
     def _request(self, path: str, timeout: float, body: dict | None = None) -> tuple[int, bytes]:
-        data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(self.base_url + path, data=data)
-        if data is not None:
-            request.add_header("Content-Type", "application/json")
-        if self.api_key:
-            request.add_header("Authorization", f"Bearer {self.api_key}")
-        try:
-            with urllib.request.urlopen(request, timeout=timeout) as response:
-                return response.status, response.read()
-        except urllib.error.HTTPError as exc:
-            return exc.code, exc.read()
+        """(status, body) of a 2xx answer; FetchError otherwise (an HTTP error keeps both)."""
+        headers = bearer(self.api_key)
+        if body is None:
+            return fetch_bytes(self.base_url + path, timeout_s=timeout, headers=headers)
+        headers["Content-Type"] = "application/json"
+        data = json.dumps(body).encode()
+        return fetch_bytes(
+            self.base_url + path, timeout_s=timeout, headers=headers, method="POST", data=data
+        )
 
     def health_generate(self, timeout: float) -> ProbeResult:
         """/health_generate: sglang runs a one-token generation and waits a second before
@@ -56,7 +52,7 @@ class EngineClient:
     def _status_probe(self, path: str, timeout: float) -> ProbeResult:
         try:
             status, body = self._request(path, timeout)
-        except (OSError, ValueError) as exc:
+        except FetchError as exc:
             return ProbeResult(False, f"{path}: {_reason(exc)}")
         if status == 200:
             return ProbeResult(True, f"{path}: 200")
@@ -70,7 +66,7 @@ class EngineClient:
         }
         try:
             status, raw = self._request("/generate", timeout, body)
-        except (OSError, ValueError) as exc:
+        except FetchError as exc:
             return ProbeResult(False, f"generation check: {_reason(exc)}")
         if status != 200:
             return ProbeResult(False, f"generation check: HTTP {status} {raw[:200]!r}")
@@ -93,38 +89,29 @@ class EngineClient:
 
     def _metrics(self, timeout: float, names: tuple[str, ...]) -> dict[str, float] | None:
         try:
-            status, raw = self._request("/metrics", timeout)
-        except (OSError, ValueError):
+            _, raw = self._request("/metrics", timeout)
+            return parse_progress_counters(raw.decode("utf-8", "replace"), names)
+        except (FetchError, MetricsTextError):
             return None
-        if status != 200:
-            return None
-        return parse_progress_counters(raw.decode("utf-8", "replace"), names)
 
 
 def parse_progress_counters(
     text: str, names: tuple[str, ...] = PROGRESS_COUNTERS
 ) -> dict[str, float]:
-    """The named sglang: samples, summed over label sets (the fullest for a share)."""
+    """The named sglang: samples, summed over label sets (the fullest for a share).
+
+    Raises MetricsTextError when `text` is not Prometheus text."""
+    samples = parse_metrics(text)
     values: dict[str, float] = {}
-    for line in text.splitlines():
-        match = _SAMPLE.match(line)
-        if not match or match.group(1) not in names:
-            continue
-        name = match.group(1)
-        try:
-            value = float(match.group(3))
-        except ValueError:
-            continue
-        if name in _TAKE_MAX:
-            values[name] = max(values.get(name, value), value)
-        else:
-            values[name] = values.get(name, 0.0) + value
+    for name in names:
+        value = samples.largest(name) if name in _TAKE_MAX else samples.total(name)
+        if value is not None:
+            values[name] = value
     return values
 
 
-def _reason(exc: BaseException) -> str:
-    if isinstance(exc, urllib.error.URLError):
-        exc = exc.reason if isinstance(exc.reason, BaseException) else exc
-    if isinstance(exc, TimeoutError) or "timed out" in str(exc):
-        return "timed out"
-    return f"{type(exc).__name__}: {exc}"
+def _reason(exc: FetchError) -> str:
+    """The cause, and an error status's first bytes of body (sglang says why there)."""
+    if exc.status is not None:
+        return f"HTTP {exc.status} {exc.body[:200]!r}"
+    return exc.cause

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from glm5svc.child_group import live_group_members
 from glm5svc.config import Config
 from glm5svc.port_owners import holders
 from glm5svc.records import BenchmarkStatus, PlanSummary
@@ -25,7 +26,7 @@ from glm5svc.serve.events import (
 )
 from glm5svc.serve.phases import PRIORITY_WARNING
 from glm5svc.serve.probes import EngineClient, ProbeResult
-from glm5svc.serve.process import EngineProcess, live_group_members
+from glm5svc.serve.process import EngineProcess
 from glm5svc.serve.state import SupervisorState
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGABRT)

@@ -534,8 +534,7 @@ class Supervisor:
                     f"still in flight; SIGKILL to the server's process group {members}",
                     PRIORITY_WARNING,
                 )
-                self.engine.signal_group(signal.SIGCONT)
-                self.engine.signal_group(signal.SIGKILL)
+                self.engine.send_kill()
             case DrainStep.POLL:
                 self._drain_poll_thread = self.reporters.start(
                     self.reporters.drain_counters, "drain-probe"

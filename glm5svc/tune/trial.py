@@ -22,8 +22,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -33,8 +31,9 @@ from glm5svc.bench.engine_sampler import FlushRefused
 from glm5svc.bench.measure import Measurement, Measurer
 from glm5svc.bench.plan import BenchPlan
 from glm5svc.bench.runner import run_level
+from glm5svc.child_group import ChildGroup, spawn
 from glm5svc.config import Config, connect_host, read_api_key
-from glm5svc.parent_death import die_with_parent
+from glm5svc.http_fetch import FetchError, fetch_bytes
 from glm5svc.records import LastRun, RecordError, StatusDocument
 from glm5svc.serve.phases import parse_line
 from glm5svc.serve.probes import EngineClient
@@ -131,7 +130,7 @@ def run_trial(request: TrialRequest) -> TrialOutcome:
     return outcome
 
 
-def _measure(request: TrialRequest, serve: subprocess.Popen, outcome: TrialOutcome, t0: float):
+def _measure(request: TrialRequest, serve: ChildGroup, outcome: TrialOutcome, t0: float):
     request.on_progress("starting the engine")
     ready = _wait_ready(request, serve)
     if ready is not None:
@@ -211,7 +210,7 @@ def _measure(request: TrialRequest, serve: subprocess.Popen, outcome: TrialOutco
     outcome.diagnosis += diagnose_run(outcome.runs, cap, concurrency, request.config)
 
 
-def _run_failed(serve: subprocess.Popen, error: str) -> tuple[str, str]:
+def _run_failed(serve: ChildGroup, error: str) -> tuple[str, str]:
     if serve.poll() is not None:
         return "failed", f"the engine stopped during the benchmark (serve exit {serve.returncode})"
     return "failed", f"benchmark run failed: {error}"
@@ -314,20 +313,19 @@ class _GaugePoller:
         return list(self.samples)
 
 
-def _start_serve(request: TrialRequest, log_path: Path) -> subprocess.Popen:
+def _start_serve(request: TrialRequest, log_path: Path) -> ChildGroup:
     env = {k: v for k, v in os.environ.items() if k not in NOT_FOR_TRIALS}
     env["PYTHONUNBUFFERED"] = "1"
     command = [sys.executable, "-m", "glm5svc", "--config", str(request.config_path), "serve"]
     with open(log_path, "wb") as log:  # the child keeps its own descriptor
-        return subprocess.Popen(
+        return spawn(
             command,
+            # If tune dies, serve drains and ends its engine (its own SIGTERM handling).
+            death_signal=signal.SIGTERM,
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             env=env,
-            start_new_session=True,
-            # If tune dies, serve drains and ends its engine (its own SIGTERM handling).
-            preexec_fn=die_with_parent(signal.SIGTERM),
         )
 
 
@@ -336,7 +334,7 @@ def _listener_url(config: Config, path: str) -> str:
     return f"http://{host}:{config.service.listen_port}{path}"
 
 
-def _wait_ready(request: TrialRequest, serve: subprocess.Popen) -> tuple[str, str] | None:
+def _wait_ready(request: TrialRequest, serve: ChildGroup) -> tuple[str, str] | None:
     """None once the trial's serve says READY; else (status, why not)."""
     url = _listener_url(request.config, "/readyz")
     while True:
@@ -347,19 +345,18 @@ def _wait_ready(request: TrialRequest, serve: subprocess.Popen) -> tuple[str, st
         if time.monotonic() >= request.deadline:
             return "failed", "not ready within the trial's time limit (--trial-timeout)"
         try:
-            with urllib.request.urlopen(url, timeout=2) as response:
-                if response.status == 200:
-                    return None
-        except (urllib.error.URLError, OSError, ValueError):
+            if fetch_bytes(url, timeout_s=2)[0] == 200:
+                return None
+        except FetchError:
             pass
         time.sleep(READY_POLL_S)
 
 
 def _kv_pool_from_status(config: Config) -> int | None:
     try:
-        with urllib.request.urlopen(_listener_url(config, "/status"), timeout=5) as response:
-            return StatusDocument.from_json(response.read()).kv_pool_tokens
-    except (urllib.error.URLError, OSError, ValueError):  # RecordError is a ValueError
+        _, raw = fetch_bytes(_listener_url(config, "/status"), timeout_s=5)
+        return StatusDocument.from_json(raw).kv_pool_tokens
+    except (FetchError, ValueError):  # RecordError is a ValueError
         return None
 
 
@@ -372,28 +369,15 @@ def _kv_pool_from_log(path: Path) -> int | None:
     return min(pools) if pools else None  # each rank prints its own
 
 
-def _stop_serve(serve: subprocess.Popen, config: Config) -> dict[str, Any]:
+def _stop_serve(serve: ChildGroup, config: Config) -> dict[str, Any]:
     """SIGTERM to serve (it drains the engine as glm5.service's stop does); the group is
     killed only past the drain limit."""
-    started = time.monotonic()
-    if serve.poll() is None:
-        serve.send_signal(signal.SIGTERM)
-        try:
-            serve.wait(config.service.drain_timeout_s + STOP_MARGIN_S)
-        except subprocess.TimeoutExpired:
-            pass
-    killed = False
-    try:
-        os.killpg(serve.pid, signal.SIGKILL)
-        killed = serve.returncode is None
-    except (ProcessLookupError, PermissionError):
-        pass
-    if serve.returncode is None:
-        serve.wait(10)
+    outcome = serve.stop(config.service.drain_timeout_s + STOP_MARGIN_S)
     return {
-        "serve_exit": serve.returncode,
-        "stop_s": round(time.monotonic() - started, 1),
-        "killed": killed,
+        "serve_exit": outcome.returncode,
+        "stop_s": round(outcome.waited_s, 1),
+        "killed": outcome.needed_kill,
+        "outcome": outcome.describe(),
     }
 
 

@@ -11,18 +11,19 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import socket
 import subprocess
 import sys
 import tarfile
 import threading
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import yaml
+
+from glm5svc.child_group import live_group_members, spawn
+from glm5svc.http_fetch import FetchError, fetch_bytes, fetch_text
+from glm5svc.metrics_text import MetricsTextError, parse_metrics
 
 REPO = Path(__file__).resolve().parents[2]
 LAB = REPO / ".gpu-lab"
@@ -130,16 +131,17 @@ class Process:
         self.log_path = out / f"{name}.log"
         self.lines: list[tuple[float, str]] = []
         self._log = self.log_path.open("w")
-        self.proc = subprocess.Popen(
+        self.group = spawn(
             argv,
+            die_with_parent=False,  # the run's end kills STARTED_GROUPS
             env=env,
             cwd=REPO,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
             errors="replace",
-            start_new_session=True,
         )
+        self.proc = self.group.popen
         self.started = time.monotonic()
         STARTED_GROUPS.add(self.proc.pid)
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -169,41 +171,21 @@ class Process:
         return None
 
     def group_pids(self) -> list[int]:
-        return group_members(self.proc.pid)
+        return self.group.members()
 
     def signal_leader(self, sig: int) -> None:
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, sig)
+        self.group.signal_leader(sig)
 
     def kill_group(self) -> None:
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        self.group.send_kill()
 
     def finish(self, timeout: float = 30) -> int | None:
         try:
-            return self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.kill_group()
-            return self.proc.wait(timeout=10)
+            code = self.group.wait(timeout)
+            return code if code is not None else self.group.kill().returncode
         finally:
             self._reader.join(timeout=5)
             self._log.close()
-
-
-def group_members(pgid: int) -> list[int]:
-    members = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            members.append(int(entry.name))
-    return members
 
 
 # Every process group this run started (servers and the engines they start), so that the
@@ -227,19 +209,20 @@ def processes_left(process: Process) -> list[str]:
     return [
         f"{pid} {proc_text(Path('/proc', str(pid), 'cmdline'))[:120]}"
         for g in groups
-        for pid in group_members(g)
+        for pid in live_group_members(g)
     ]
 
 
 def http_get(url: str, timeout: float = 10) -> tuple[int, str, float]:
+    """(HTTP status, body, seconds); status 0 and the cause when nothing answered."""
     t0 = time.monotonic()
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
-            return response.status, response.read().decode(errors="replace"), time.monotonic() - t0
-    except urllib.error.HTTPError as err:
-        return err.code, err.read().decode(errors="replace"), time.monotonic() - t0
-    except (OSError, urllib.error.URLError) as err:
-        return 0, str(err), time.monotonic() - t0
+        status, body = fetch_bytes(url, timeout_s=timeout)
+        return status, body.decode(errors="replace"), time.monotonic() - t0
+    except FetchError as err:
+        if err.status is not None:
+            return err.status, err.body.decode(errors="replace"), time.monotonic() - t0
+        return 0, err.cause, time.monotonic() - t0
 
 
 class NotifySocket:
@@ -269,10 +252,13 @@ class NotifySocket:
 
 
 def running_requests(engine_url: str) -> int:
-    """sglang's own gauge of requests being decoded (`sglang:num_running_reqs`)."""
-    _, text, _ = http_get(f"{engine_url}/metrics", timeout=5)
-    match = re.search(r"^sglang:num_running_reqs\{[^}]*\} ([0-9.e+]+)", text, re.M)
-    return int(float(match.group(1))) if match else 0
+    """sglang's own gauge of requests being decoded (`sglang:num_running_reqs`), summed
+    over ranks; 0 when the engine does not answer."""
+    try:
+        text = fetch_text(f"{engine_url}/metrics", timeout_s=5)
+        return int(parse_metrics(text).total("sglang:num_running_reqs") or 0)
+    except (FetchError, MetricsTextError):
+        return 0
 
 
 BENCH_FIGURES = (
@@ -398,26 +384,16 @@ def plan_launch(config: Path, env: dict[str, str], port: int) -> tuple[list[str]
 
 
 def stop_gracefully(process: Process, timeout: float) -> dict:
-    """Stops a bare server the way sglang stops cleanly: SIGTERM to the launcher only."""
-    t0 = time.monotonic()
-    process.signal_leader(signal.SIGTERM)
-    try:
-        code = process.proc.wait(timeout=timeout)
-        killed = False
-    except subprocess.TimeoutExpired:
-        process.kill_group()
-        code = process.proc.wait(timeout=10)
-        killed = True
-    deadline = time.monotonic() + 10
-    while process.group_pids() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    left = process.group_pids()
+    """Stops a bare server the way sglang stops cleanly: SIGTERM to the launcher only, the
+    group killed if it has not emptied within `timeout`."""
+    outcome = process.group.stop(timeout)
     process.finish(timeout=5)
     return {
-        "exit": code,
-        "seconds": round(time.monotonic() - t0, 2),
-        "group_killed": killed,
-        "left": len(left),
+        "exit": outcome.returncode,
+        "seconds": round(outcome.waited_s, 2),
+        "group_killed": outcome.needed_kill,
+        "left": len(outcome.survivor_pids),
+        "outcome": outcome.kind,
     }
 
 

@@ -24,25 +24,18 @@ import os
 import random
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from glm5svc.child_group import spawn
+from glm5svc.http_fetch import FetchError, post_json
+from lab.gpu.common import FIRED_UP, NVLS_OFF, REPO, Deadline
+
 PATCH_ID = "nsa-fp8-mha-prefix"
-READY_LINE = "The server is fired up and ready to roll!"
-# NVLink multicast can take the host's GPUs out of service: the caller must turn it off.
-REQUIRED_ENV = {
-    "NCCL_NVLS_ENABLE": "0",
-    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
-    "NVSHMEM_DISABLE_NVLS": "1",
-}
 LOG_KEEP_BYTES = 2 * 1024 * 1024
 STOP_GRACE_S = 30.0
 # Held back from each phase's waits for the stop (grace + wait), and from the whole run
@@ -185,9 +178,9 @@ def prefill_batches(log_text: str) -> dict:
 
 def launch_env(env: dict[str, str], site: Path) -> dict[str, str]:
     """The caller's env, checked, with the site's scripts (ninja) and nvcc on PATH."""
-    wrong = {k: env.get(k) for k, v in REQUIRED_ENV.items() if env.get(k) != v}
+    wrong = {k: env.get(k) for k, v in NVLS_OFF.items() if env.get(k) != v}
     if wrong:
-        raise ValueError(f"env must set {REQUIRED_ENV} (NVLink multicast off); got {wrong}")
+        raise ValueError(f"env must set {NVLS_OFF} (NVLink multicast off); got {wrong}")
     out = dict(env)
     path = [str(site / "bin")]
     if out.get("CUDA_HOME"):
@@ -199,28 +192,20 @@ def launch_env(env: dict[str, str], site: Path) -> dict[str, str]:
     return out
 
 
-class Deadline:
-    def __init__(self, seconds: float):
-        self.end = time.monotonic() + seconds
-
-    def left(self) -> float:
-        return self.end - time.monotonic()
-
-
 class Server:
     """One launch_server process in its own process group, its log in a file."""
 
     def __init__(self, python: str, flags: list[str], env: dict[str, str], log_path: Path):
         self.log_path = log_path
         self._log = open(log_path, "wb")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(
+        self.group = spawn(
             [python, "-m", "sglang.launch_server", *flags],
+            die_with_parent=False,
             stdout=self._log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             env=env,
             cwd=str(REPO),
-            start_new_session=True,
         )
         self.started_at = time.monotonic()
 
@@ -231,74 +216,41 @@ class Server:
             return ""
 
     def alive(self) -> bool:
-        return self.proc.poll() is None
+        return self.group.poll() is None
 
     def wait_ready(self, deadline: Deadline) -> bool:
         while deadline.left() > 0:
-            if READY_LINE in self.text():
+            if FIRED_UP in self.text():
                 return True
             if not self.alive():
                 return False
             time.sleep(0.5)
         return False
 
-    def group_alive(self) -> bool:
-        try:
-            os.killpg(self.proc.pid, 0)
-        except (ProcessLookupError, PermissionError):
-            return False
-        return True
-
     def stop(self, grace_s: float = STOP_GRACE_S) -> dict:
         """SIGTERM to the launcher, SIGKILL to the group after grace_s."""
-        t0 = time.monotonic()
-        killed = False
-        if self.alive():
-            try:
-                self.proc.send_signal(signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        end = t0 + grace_s
-        while time.monotonic() < end and (self.alive() or self.group_alive()):
-            time.sleep(0.5)
-        if self.group_alive():
-            killed = True
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
+        outcome = self.group.stop(grace_s)
         self._log.close()
         return {
-            "exit_code": self.proc.returncode,
-            "stop_seconds": round(time.monotonic() - t0, 1),
-            "group_killed": killed,
+            "exit_code": outcome.returncode,
+            "stop_seconds": round(outcome.waited_s, 1),
+            "group_killed": outcome.needed_kill,
         }
 
 
 def _generate(port: int, input_ids: list[int], timeout: float) -> bool:
-    body = json.dumps(
-        {
-            "input_ids": input_ids,
-            "sampling_params": {
-                "max_new_tokens": MAX_NEW_TOKENS,
-                "temperature": 0.0,
-                "ignore_eos": True,
-            },
-        }
-    ).encode()
-    request = urllib.request.Request(
-        f"http://127.0.0.1:{port}/generate",
-        data=body,
-        headers={"Content-Type": "application/json"},
-    )
+    body = {
+        "input_ids": input_ids,
+        "sampling_params": {
+            "max_new_tokens": MAX_NEW_TOKENS,
+            "temperature": 0.0,
+            "ignore_eos": True,
+        },
+    }
+    url = f"http://127.0.0.1:{port}/generate"
     try:
-        with urllib.request.urlopen(request, timeout=max(timeout, 1.0)) as resp:
-            reply = json.loads(resp.read())
-    except (urllib.error.URLError, OSError, ValueError):
+        reply = post_json(url, body, timeout_s=max(timeout, 1.0))
+    except FetchError:
         return False
     return isinstance(reply, dict) and "text" in reply
 
@@ -392,7 +344,7 @@ def run_phase(
     finally:
         if server is not None:
             text = server.text()
-            served = text.split(READY_LINE, 1)[1] if result["started"] else text
+            served = text.split(FIRED_UP, 1)[1] if result["started"] else text
             result["signature"] = find_signature(served)
             result["crashed"] = bool(
                 result["started"]
@@ -446,10 +398,10 @@ def run(
     """Unpatched, then patched: did the engine crash, and with what.
 
     Raises ValueError, before starting anything, when env does not turn NVLink multicast
-    off (REQUIRED_ENV); otherwise never raises: errors land in "notes"."""
-    wrong = {k: env.get(k) for k, v in REQUIRED_ENV.items() if env.get(k) != v}
+    off (common.NVLS_OFF); otherwise never raises: errors land in "notes"."""
+    wrong = {k: env.get(k) for k, v in NVLS_OFF.items() if env.get(k) != v}
     if wrong:
-        raise ValueError(f"env must set {REQUIRED_ENV} (NVLink multicast off); got {wrong}")
+        raise ValueError(f"env must set {NVLS_OFF} (NVLink multicast off); got {wrong}")
     deadline = Deadline(budget_s - REVERT_RESERVE_S)
     flags = server_flags(model_dir, port, nsa_backends)
     notes: list[str] = []
@@ -538,7 +490,7 @@ def main(argv: list[str] | None = None) -> int:
     backends = tuple(args.nsa_backends.split(","))
     if len(backends) != 2 or not all(backends):
         parser.error(f"--nsa-backends takes PREFILL,DECODE, not {args.nsa_backends!r}")
-    env = {**os.environ, **REQUIRED_ENV}
+    env = {**os.environ, **NVLS_OFF}
     result = run(
         args.python, args.site, args.model_dir, args.out, env, args.port, args.budget, backends
     )

@@ -34,6 +34,7 @@ from pathlib import Path
 
 import yaml
 
+from glm5svc.child_group import spawn
 from lab.gpu.common import (
     BARE_PORT,
     BENCH_PYTHON,
@@ -115,16 +116,17 @@ class BenchDriver:
     def __init__(self, name: str, env: dict[str, str], recorded: Path):
         self.name = name
         self._log = (recorded / f"{name}.log").open("w")
-        self.proc = subprocess.Popen(
+        self.group = spawn(
             [BENCH_PYTHON, str(DRIVER)],
+            die_with_parent=False,  # the run's end kills STARTED_GROUPS
             env=env,
             cwd=REPO,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._log,
             text=True,
-            start_new_session=True,
         )
+        self.proc = self.group.popen
         STARTED_GROUPS.add(self.proc.pid)
         self.replies: queue.Queue[str] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
@@ -171,18 +173,15 @@ class BenchDriver:
         return figures | {"wall_s": wall}
 
     def kill(self) -> None:
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        self.group.send_kill()
 
     def close(self) -> None:
         try:
             self.proc.stdin.close()
-            self.proc.wait(timeout=5)
-        except (OSError, subprocess.TimeoutExpired):
-            self.kill()
-            self.proc.wait(timeout=5)
+        except OSError:
+            pass
+        if self.group.wait(5) is None:
+            self.group.kill(5)
         self._log.close()
 
 

@@ -35,12 +35,12 @@ import sys
 import tarfile
 import threading
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import yaml
 
+from glm5svc.child_group import live_group_members
+from glm5svc.http_fetch import FetchError, post_json
 from lab.gpu import method_scenario, nsa_scenario, ratio_scenario, tune_scenario
 from lab.gpu.common import (
     BARE_PORT,
@@ -60,7 +60,6 @@ from lab.gpu.common import (
     bench_serving,
     engine_group,
     glm5svc_argv,
-    group_members,
     http_get,
     log,
     machine_facts,
@@ -234,7 +233,7 @@ def kill_scheduler_under_load(
     load = Load(f"http://127.0.0.1:{ENGINE_PORT}", requests=32, output_len=1000)
     load.wait_running(24, Deadline(30))
     engine_pgid = engine_group(serve)
-    members = group_members(engine_pgid) if engine_pgid else []
+    members = live_group_members(engine_pgid) if engine_pgid else []
     # sglang names its scheduler process "sglang::scheduler..." (setproctitle); the test
     # engine's rank process stands in for it in a CPU rehearsal.
     schedulers = [
@@ -263,19 +262,16 @@ def kill_scheduler_under_load(
 def generate(engine_url: str, input_ids: list[int], max_new_tokens: int, timeout: float) -> dict:
     """One /generate request; what came back (status, tokens) or why not."""
     sampling = {"max_new_tokens": max_new_tokens, "ignore_eos": True, "temperature": 0}
-    body = json.dumps({"input_ids": input_ids, "sampling_params": sampling}).encode()
-    request = urllib.request.Request(
-        f"{engine_url}/generate", data=body, headers={"Content-Type": "application/json"}
-    )
+    body = {"input_ids": input_ids, "sampling_params": sampling}
     t0 = time.monotonic()
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as reply:
-            meta = json.loads(reply.read()).get("meta_info", {})
-            return {"status": reply.status, "tokens": meta.get("completion_tokens", 0),
-                    "seconds": time.monotonic() - t0}  # fmt: skip
-    except urllib.error.HTTPError as err:
-        return {"status": err.code, "tokens": 0, "seconds": time.monotonic() - t0}
-    except (OSError, ValueError) as err:
+        reply = post_json(f"{engine_url}/generate", body, timeout_s=timeout)
+        meta = reply.get("meta_info", {}) if isinstance(reply, dict) else {}
+        return {"status": 200, "tokens": meta.get("completion_tokens", 0),
+                "seconds": time.monotonic() - t0}  # fmt: skip
+    except FetchError as err:
+        if err.status is not None:
+            return {"status": err.status, "tokens": 0, "seconds": time.monotonic() - t0}
         return {"status": 0, "error": str(err)[:120], "tokens": 0, "seconds": time.monotonic() - t0}
 
 

@@ -18,12 +18,12 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import time
 from pathlib import Path
 
 import yaml
 
+from glm5svc.child_group import spawn
 from lab.gpu.common import (
     BENCH_PYTHON,
     LAB,
@@ -183,23 +183,19 @@ def run(
         (recorded / "tune-stdout.txt").open("w") as stdout,
         (recorded / "tune-stderr.log").open("w") as stderr,
     ):
-        tune = subprocess.Popen(
-            argv, env=dict(env, GPU_LAB_TUNE_RUN=mark), cwd=REPO, stdout=stdout,
-            stderr=stderr, start_new_session=True,
+        tune = spawn(
+            argv, die_with_parent=False, env=dict(env, GPU_LAB_TUNE_RUN=mark), cwd=REPO,
+            stdout=stdout, stderr=stderr,
         )  # fmt: skip
         STARTED_GROUPS.add(tune.pid)
-        try:
-            results["exit"] = tune.wait(timeout=max(5, deadline.left() - RESERVE_S + 25))
-        except subprocess.TimeoutExpired:
-            # Past its own budget: stopped as a user would (SIGTERM), then killed.
-            results["exit"] = "past its budget: SIGTERM"
-            os.killpg(tune.pid, signal.SIGTERM)
-            try:
-                tune.wait(timeout=max(3, min(20, deadline.left() - 15)))
-            except subprocess.TimeoutExpired:
-                results["exit"] = "past its budget: SIGKILL"
-                os.killpg(tune.pid, signal.SIGKILL)
-                tune.wait(timeout=10)
+        code = tune.wait(max(5, deadline.left() - RESERVE_S + 25))
+        if code is None:
+            # Past its own budget: stopped as a user would (SIGTERM to its group), then killed.
+            grace = max(3, min(20, deadline.left() - 15))
+            stopped = tune.stop(grace, first_signal_to="group")
+            results["stop"] = stopped.describe()
+            code = "past its budget: " + ("SIGKILL" if stopped.needed_kill else "SIGTERM")
+        results["exit"] = code
     results["wall_s"] = round(time.monotonic() - t0, 1)
     results["left_after"] = kill_left(mark)
     text = (recorded / "tune-stdout.txt").read_text(errors="replace")

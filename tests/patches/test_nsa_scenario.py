@@ -18,16 +18,16 @@ import pytest
 
 from glm5svc.profiles import load_profile
 from lab.gpu import nsa_scenario as nsa
+from lab.gpu.common import FIRED_UP, NVLS_OFF
 from testkit.engine import free_port
 
 from .conftest import snapshot
 
-NVLS_OFF = dict(nsa.REQUIRED_ENV)
 CRASH = "AttributeError: 'PrefillMetadata' object has no attribute 'page_table_1_flattened'"
 
 CRASH_LOG = f"""\
 [2026-12-01 03:00:00] Load weight end. elapsed=0.20 s, type=GlmMoeDsaForCausalLM
-[2026-12-01 03:00:09] {nsa.READY_LINE}
+[2026-12-01 03:00:09] {FIRED_UP}
 [2026-12-01 03:00:10] Prefill batch, #new-seq: 1, #new-token: 2048, #cached-token: 0, \
 token usage: 0.00, #running-req: 0, #queue-req: 0, #pending-token: 0,
 [2026-12-01 03:00:11] Prefill batch, #new-seq: 16, #new-token: 1024, #cached-token: 32768, \
@@ -201,7 +201,7 @@ def test_whole_run_crashes_unpatched_finishes_patched_and_reverts(make_site, tmp
             mha="sglang/srt/models/deepseek_common/attention_forward_methods/forward_mha.py",
             prefix=nsa.PREFIX_LEN,
             crash=CRASH,
-            ready=nsa.READY_LINE,
+            ready=FIRED_UP,
         )
     )
     fake.chmod(0o755)
@@ -226,7 +226,7 @@ def test_whole_run_crashes_unpatched_finishes_patched_and_reverts(make_site, tmp
     assert result["patch_after"] == "not_applied"
     assert snapshot(site) == before  # reverted byte for byte, no backup left behind
     assert CRASH in (out / "nsa-unpatched.log").read_text()
-    assert nsa.READY_LINE in (out / "nsa-patched.log").read_text()
+    assert FIRED_UP in (out / "nsa-patched.log").read_text()
     port = int(result["flags"][result["flags"].index("--port") + 1])
     assert result["flags"] == nsa.server_flags(tmp_path, port)
 
@@ -247,7 +247,7 @@ def test_recorded_h200_runs_read_as_what_happened():
     # The crash struck in the batch after the priming request's, before that batch was logged.
     assert nsa.prefill_batches(unpatched)["batches_over_threshold"] == 0
     before_crash = unpatched.split("Scheduler hit an exception")[0]
-    assert nsa.READY_LINE in before_crash and CRASH not in before_crash
+    assert FIRED_UP in before_crash and CRASH not in before_crash
     batches = nsa.prefill_batches(patched)
     assert batches["batches_over_threshold"] >= 1
     assert batches["max_cached_tokens_in_batch"] >= nsa.CHUNKED_PREFIX_THRESHOLD

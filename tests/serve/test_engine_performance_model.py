@@ -11,6 +11,7 @@ import time
 import aiohttp
 import pytest
 
+from glm5svc.metrics_text import parse_metrics
 from glm5svc.serve.diagnosis import diagnose
 from testkit import sglang_test_engine as model
 from testkit.engine import TEST_ENGINE, start_engine
@@ -128,7 +129,7 @@ async def run_load(base: str, requests: int, max_new: int) -> tuple[float, float
         while True:
             async with session.get(base + "/metrics") as response:
                 text = await response.text()
-            running = float(re.search(r"sglang:num_running_reqs\{.*\} (\S+)", text).group(1))
+            running = parse_metrics(text).total("sglang:num_running_reqs")
             most_running = max(most_running, running)
             await asyncio.sleep(0.02)
 

@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 
 from glm5svc.bench.serving_figures import parse_bench_line
+from glm5svc.http_fetch import fetch_text
+from glm5svc.metrics_text import parse_metrics
 from glm5svc.serve.diagnosis import diagnose
 from glm5svc.serve.phases import FIRED_UP, PRIORITY_ERR, Phase, parse_line
 from glm5svc.serve.probes import PROGRESS_COUNTERS, parse_progress_counters
@@ -175,9 +177,8 @@ def _generate(port: int, max_new_tokens: int, into: list) -> None:
 
 
 def _running(port: int) -> float:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as reply:
-        found = re.search(r"^sglang:num_running_reqs\{.*\} (\S+)$", reply.read().decode(), re.M)
-    return float(found.group(1))
+    text = fetch_text(f"http://127.0.0.1:{port}/metrics", timeout_s=2)
+    return parse_metrics(text).total("sglang:num_running_reqs")
 
 
 @pytest.fixture(scope="module")

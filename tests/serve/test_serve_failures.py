@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from glm5svc.serve.process import live_group_members
+from glm5svc.child_group import live_group_members
 
 # test engine crash mode -> (diagnosis id, exit status: 78 where restarting cannot help)
 CRASHES = {

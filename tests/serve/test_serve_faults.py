@@ -21,11 +21,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from glm5svc.child_group import live_group_members
 from glm5svc.config import load_config
+from glm5svc.http_fetch import fetch_text
+from glm5svc.metrics_text import parse_metrics
 from glm5svc.serve import supervisor as supervisor_module
 from glm5svc.serve.drain import Drain
 from glm5svc.serve.events import SignalReceived
-from glm5svc.serve.process import live_group_members
 from glm5svc.serve.relay import StderrSink
 from glm5svc.serve.service import build_service
 from testkit.engine import free_port
@@ -52,11 +54,9 @@ def generate(url: str, max_new_tokens: int, results: list, key: str | None = Non
 
 
 def engine_metric(url: str, name: str) -> float:
-    with urllib.request.urlopen(url + "/metrics", timeout=2) as response:
-        for line in response.read().decode().splitlines():
-            if line.startswith(f"sglang:{name}"):
-                return float(line.rsplit(" ", 1)[1])
-    raise AssertionError(f"no sglang:{name}")
+    value = parse_metrics(fetch_text(url + "/metrics", timeout_s=2)).total(f"sglang:{name}")
+    assert value is not None, f"no sglang:{name}"
+    return value
 
 
 def wait_gone(pgid: int, timeout: float) -> list[int]:
