@@ -50,6 +50,7 @@ from bench.phases import run_phases  # noqa: E402
 from glm5svc.bench.plan import BenchPlan  # noqa: E402
 from glm5svc.bench.runner import bench_serving_command, bench_serving_env  # noqa: E402
 from glm5svc.bench.serving_figures import parse_bench_line  # noqa: E402
+from glm5svc.child_group import ChildGroup, spawn  # noqa: E402
 from glm5svc.http_fetch import FetchError, decode_json, fetch_json, fetch_text  # noqa: E402
 from glm5svc.metrics_text import parse_metrics  # noqa: E402
 from testkit.bench_venv import build_bench_serving_venv, make_tokenizer  # noqa: E402
@@ -115,13 +116,13 @@ class Replica:
                 }
             )
         )
-        self.proc: subprocess.Popen | None = None
+        self.proc: ChildGroup | None = None
 
     def start(self) -> None:
         log = open(self.dir / "serve.log", "ab")  # noqa: SIM115 (the child keeps it)
-        self.proc = subprocess.Popen(
+        self.proc = spawn(
             [str(Path(sys.executable).parent / "glm5svc"), "--config", str(self.config), "serve"],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            die_with_parent=False, stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
         wait(lambda: get_json(self.status_url + "/status").get("ready"), 60, f"{self.dir} ready")
 
@@ -141,15 +142,14 @@ class Replica:
 
     def begin_stop(self) -> None:
         """SIGTERM to glm5svc (what systemctl stop sends): it drains; do not wait."""
-        self.proc.send_signal(signal.SIGTERM)
+        self.proc.signal_leader(signal.SIGTERM)
 
     def kill_engine(self) -> None:
         os.kill(self.status()["engine_pid"], signal.SIGKILL)
 
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            self.proc.wait(60)
+            self.proc.stop(60)
 
 
 class LabReplica(Replica):
@@ -205,9 +205,10 @@ class Gateway:
         ]  # fmt: skip
         self.log_path = work / f"smg-{self.port}.log"
         log = open(self.log_path, "ab")  # noqa: SIM115 (the child keeps it)
-        self.proc = subprocess.Popen(
-            [smg_python(), str(LAUNCHER), *args], stdout=log, stderr=subprocess.STDOUT
-        )
+        self.proc = spawn(
+            [smg_python(), str(LAUNCHER), *args], die_with_parent=False, stdout=log,
+            stderr=subprocess.STDOUT,
+        )  # fmt: skip
         expected = len(workers)
         wait(
             lambda: get_json(self.url + "/readiness").get("healthy_workers") == expected,
@@ -230,11 +231,7 @@ class Gateway:
         return get_json(self.url + "/readiness").get("healthy_workers", 0)
 
     def stop(self) -> None:
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+        self.proc.stop(30)
 
 
 class LabGateway(Gateway):

@@ -27,7 +27,6 @@ import argparse
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -39,10 +38,12 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.phases import write_json  # noqa: E402
+from glm5svc.child_group import ChildGroup, spawn  # noqa: E402
 
 PHASES = ("set-up", "root filesystems", "boot", "site.yml", "check run", "bench")
 STEP = re.compile(r"^== \[(?P<phase>[^\]]+)\] (?P<what>.*) \((?P<seconds>\d+)s\)$")
 DEFAULT_CACHE = "/var/cache/glm5-lab"
+STOP_GRACE_S = 20.0  # for the command beside the cycles, after SIGTERM to its group
 
 
 class LogError(ValueError):
@@ -275,7 +276,7 @@ class Beside:
         self.command, self.logs = command, logs
         self.runs: list[dict] = []
         self._stop = threading.Event()
-        self._proc: subprocess.Popen | None = None
+        self._group: ChildGroup | None = None
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
     def start(self) -> None:
@@ -287,11 +288,11 @@ class Beside:
             log = self.logs / f"beside{index}.log"
             started = time.monotonic()
             with log.open("w", encoding="utf-8") as out:
-                self._proc = subprocess.Popen(
-                    self.command, shell=True, cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
-                    start_new_session=True,
+                self._group = spawn(
+                    self.command, shell=True, die_with_parent=False, cwd=REPO, stdout=out,
+                    stderr=subprocess.STDOUT,
                 )  # fmt: skip
-                rc = self._proc.wait()
+                rc = self._group.wait(None)
             self.runs.append(
                 {
                     "run": index,
@@ -304,8 +305,8 @@ class Beside:
 
     def stop(self) -> None:
         self._stop.set()
-        if self._proc is not None and self._proc.poll() is None:
-            os.killpg(self._proc.pid, signal.SIGTERM)
+        if self._group is not None and self._group.poll() is None:
+            self._group.stop(STOP_GRACE_S, first_signal_to="group")
         self._thread.join(timeout=30)
 
     def summary(self) -> str:

@@ -27,13 +27,13 @@ import argparse
 import json
 import os
 import shlex
-import signal
 import subprocess
 import sys
 import time
 import tomllib
 from pathlib import Path
 
+from glm5svc.child_group import ChildGroup, spawn
 from testkit.bench_venv import (
     BENCH_SERVING_DEPS,
     DEFAULT_VENV,
@@ -147,7 +147,7 @@ def _env(config: Path) -> dict[str, str]:
     return env
 
 
-def wait_ready(python: Path, config: Path, serve: subprocess.Popen) -> subprocess.CompletedProcess:
+def wait_ready(python: Path, config: Path, serve: ChildGroup) -> subprocess.CompletedProcess:
     deadline = time.monotonic() + READY_TIMEOUT_S
     while time.monotonic() < deadline:
         if serve.poll() is not None:
@@ -177,10 +177,10 @@ def main(argv: list[str] | None = None) -> int:
     log_path = work / "serve.log"
     say(f"glm5svc serve (the test engine on 127.0.0.1), its log: {log_path}")
     with log_path.open("w") as log:
-        serve = subprocess.Popen(
+        serve = spawn(
             [str(python), "-m", "glm5svc", "--config", str(config), "serve"],
-            cwd=REPO, env=_env(config), stdout=log, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, start_new_session=True,
+            die_with_parent=False, cwd=REPO, env=_env(config), stdout=log,
+            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
         )  # fmt: skip
     try:
         status = wait_ready(python, config, serve)
@@ -203,12 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if serve.poll() is None:
             say("stopping serve (SIGTERM, as systemd does)")
-            serve.send_signal(signal.SIGTERM)
-        try:
-            code = serve.wait(STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            os.killpg(serve.pid, signal.SIGKILL)
-            code = serve.wait()
+        code = serve.stop(STOP_TIMEOUT_S).returncode
     after = glm5svc(python, config, "status", capture_output=True)
     say(f"serve exited with {code}; glm5svc status now exits {after.returncode} (3: not running)")
     say(f"done in {time.monotonic() - started:.1f} s; everything is in {work}")
