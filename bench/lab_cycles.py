@@ -289,7 +289,7 @@ class Beside:
             started = time.monotonic()
             with log.open("w", encoding="utf-8") as out:
                 self._group = spawn(
-                    self.command, shell=True, die_with_parent=False, cwd=REPO, stdout=out,
+                    ["/bin/sh", "-c", self.command], die_with_parent=False, cwd=REPO, stdout=out,
                     stderr=subprocess.STDOUT,
                 )  # fmt: skip
                 rc = self._group.wait(None)

@@ -175,6 +175,8 @@ def spawn(
     """Start `argv` as the leader of its own process group (and session, unless
     `new_session` is False); `popen_kwargs` go to subprocess.Popen. With `die_with_parent`
     the child gets `death_signal` when this process (the spawning thread) dies."""
+    if isinstance(argv, str):
+        raise TypeError("spawn() takes an argv list; for a shell line pass ['/bin/sh', '-c', line]")
     for taken in ("start_new_session", "process_group", "preexec_fn"):
         if taken in popen_kwargs:
             raise TypeError(f"spawn() sets {taken} itself; do not pass it")

@@ -31,7 +31,8 @@ chmod 0755 "$root/usr/local/sbin/glm5-stand-in-reboot"
 suite=$(. "$root/etc/os-release" && echo "$VERSION_CODENAME")
 distro=debian$(. "$root/etc/os-release" && echo "$VERSION_ID")
 ct=$root/var/lib/glm5-stand-in/ct/200/rootfs
-tarball=$(ls -t "$cache"/rootfs-"$suite"-*.tar.zst | head -n 1)
+# The newest finished tarball of the suite (another scenario may be writing a .part one).
+tarball=$(ls -t "$cache"/rootfs-"$suite"-*.tar.zst | grep -v '\.part\.tar\.zst$' | head -n 1)
 rm -rf "$ct"; mkdir -p "$ct"
 tar --zstd -xpf "$tarball" -C "$ct" --numeric-owner
 [ -e "$ct/dev/null" ] || mknod -m 0666 "$ct/dev/null" c 1 3
