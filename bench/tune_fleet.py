@@ -140,7 +140,7 @@ def main() -> None:
     )  # fmt: skip
     space = work / "space.yaml"
     space.write_text(
-        yaml.safe_dump({"knobs": [{"key": "tuning.max_running_requests", "values": [1024, 64]}]})
+        yaml.safe_dump({"knobs": [{"key": "tuning.max_running_requests", "values": [1024, 4]}]})
     )
     tune_done = threading.Event()
     traffic: list[dict] = []

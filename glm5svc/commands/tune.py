@@ -241,7 +241,7 @@ def run_show(args) -> int:
         print(f"running: {len(summary['trials'])} trial(s) so far (no summary yet)")
     print(trials_markdown(summary.get("trials") or []))
     for start in summary.get("starts") or []:
-        print(f"start of trial {start['trial']}: {start['text']}")
+        print(f"engine start {start['start']}: {start['text']}")
     if not summary.get("running"):
         print(f"stopped: {summary.get('stopped_by')}")
     return 0

@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from glm5svc.config_yaml import read_regular_bytes
 from glm5svc.errors import ConfigError, Glm5Error
 from glm5svc.tune.host_figures import read_start
 from glm5svc.tune.search import TrialRecord, describe_candidate, gain
+from glm5svc.tune.settings import SearchSettings
 from glm5svc.tune.space import Value, overlay_of
 from glm5svc.tune.trial import LEVEL_FILE
 
@@ -99,6 +101,7 @@ def trial_row(record: TrialRecord, start: dict[str, Value], confidence: float) -
 
     return {
         "trial": record.number,
+        "start": record.start,
         "setting": describe_candidate(record.candidate, start),
         "status": record.status,
         "runs": len(runs),
@@ -190,11 +193,15 @@ def write_outputs(
     best: TrialRecord | None,
     start: dict[str, Value],
     context: dict[str, Any],
-    confidence: float,
+    settings: SearchSettings,
+    same_start: Callable[[dict[str, Value], dict[str, Value]], bool],
 ) -> dict[str, Any]:
+    """`same_start(a, b)`: the two settings ran in the same engine starts (only the live
+    knob differs), so the gain comes from paired windows."""
+    confidence = settings.confidence
     rows = [trial_row(r, start, confidence) for r in records]
-    start_record = next((r for r in records if r.candidate == start and r.samples), None)
-    ratio = gain(best, start_record, confidence)
+    together = best is not None and same_start(best.candidate, start)
+    ratio = gain(records, best, start, settings, together)
     overlay = tuned_overlay(best, start)
     summary = {
         **context,
@@ -203,7 +210,7 @@ def write_outputs(
         "starts": start_records(run_dir),
         "best": rows[best.number] if best is not None and best.number < len(rows) else None,
         "overlay": overlay,
-        "gain": ratio.to_dict() if ratio else None,
+        "gain": ratio,
         "files": {},
     }
     files = summary["files"]
@@ -239,12 +246,12 @@ def write_outputs(
 
 
 def start_records(run_dir: Path) -> list[dict[str, Any]]:
-    """Each trial's start broken down (its start.json, from serve's log)."""
+    """Each engine start broken down (its start.json, from serve's log)."""
     found = []
     for trial_dir in sorted((run_dir / "trials").glob("[0-9][0-9][0-9]")):
         breakdown = read_start(trial_dir)
         if breakdown is not None:
-            found.append({"trial": int(trial_dir.name), **breakdown.to_dict(),
+            found.append({"start": int(trial_dir.name), **breakdown.to_dict(),
                           "text": breakdown.describe()})  # fmt: skip
     return found
 
@@ -288,7 +295,10 @@ def _write_baseline(run_dir: Path, best: TrialRecord | None, context: dict) -> s
     """The best trial's last measured run, as a bench summary `bench compare` reads."""
     if best is None or not best.samples:
         return None
-    level_path = run_dir / "trials" / f"{best.number:03d}" / "runs" / f"r{len(best.samples):02d}"
+    last = best.runs[-1]
+    start = best.start if best.start is not None else best.number
+    name = last.name or f"r{len(best.samples):02d}"
+    level_path = run_dir / "trials" / f"{start:03d}" / "runs" / name
     try:
         level = json.loads((level_path / LEVEL_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):

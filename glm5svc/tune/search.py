@@ -24,19 +24,33 @@ from typing import Any
 import optuna
 import yaml
 from optuna.distributions import CategoricalDistribution
-from optuna.pruners import BasePruner
 from optuna.trial import TrialState
 
 from glm5svc.bench.plan import BenchPlan, plan_from_config
+from glm5svc.tune.decision import (
+    BETTER,
+    DONE,
+    PRIOR_START_SPREAD,
+    START_CANDIDATE,
+    START_INCUMBENT,
+    WORSE,
+    StartModel,
+    StartRecord,
+    Verdict,
+    judge_paired,
+    judge_starts,
+    next_step,
+)
 from glm5svc.tune.settings import SearchSettings
 from glm5svc.tune.space import Space, Value, apply_candidate, overlay_of
-from glm5svc.tune.stats import BETTER, UNDECIDED, WORSE, compare, mean_interval, ratio_interval
+from glm5svc.tune.stats import mean_interval
 from glm5svc.tune.trial import CONTINUE, PRUNE, STOP, RunFigures, TrialOutcome
 
 STUDY_NAME = "glm5svc-tune"
 KV_POOL_TOLERANCE = 0.01  # pools within 1 % are "equal"
 MAX_DUPLICATE_PROPOSALS = 5  # the sampler keeps proposing tried settings: the space is done
 NOT_COMPARABLE = "not comparable"
+ANOTHER_START = "another start of the best"
 INFEASIBLE = "over the latency limits"
 
 
@@ -54,14 +68,18 @@ class Workload:
 
 @dataclass
 class TrialRecord:
+    """One setting as measured in one engine start. A start measures every value of the
+    live knob (the running-request cap) interleaved, so it gives one record per value."""
+
     number: int
     candidate: dict[str, Value]
     status: str  # measured | failed | pruned | interrupted | refused
     outcome: dict[str, Any] = field(default_factory=dict)
     verdict: str = ""  # against the best at the time
     against: int | None = None  # that best's trial number
-    difference: dict[str, float] | None = None  # relative interval of the difference
+    difference: dict[str, float] | None = None  # the gain's estimate and bounds (relative)
     became_best: bool = False
+    start: int | None = None  # the engine start (trials/<start>/), None: never started
 
     @property
     def samples(self) -> list[float]:
@@ -71,54 +89,28 @@ class TrialRecord:
     def runs(self) -> list[RunFigures]:
         return [RunFigures.from_dict(r) for r in self.outcome.get("runs") or []]
 
+    @property
+    def mean(self) -> float | None:
+        samples = self.samples
+        return sum(samples) / len(samples) if samples else None
+
     def interval(self, confidence: float):
         return mean_interval(self.samples, confidence) if self.samples else None
 
-    def to_attrs(self) -> dict[str, Any]:
-        return {
-            "record": json.dumps(
-                {
-                    "number": self.number,
-                    "candidate": self.candidate,
-                    "status": self.status,
-                    "outcome": self.outcome,
-                    "verdict": self.verdict,
-                    "against": self.against,
-                    "difference": self.difference,
-                    "became_best": self.became_best,
-                },
-                default=str,
-            )
-        }
+    def to_json(self) -> dict[str, Any]:
+        return json.loads(json.dumps(self.__dict__, default=str))
 
     @classmethod
-    def from_attrs(cls, attrs: dict[str, Any]) -> TrialRecord | None:
-        raw = attrs.get("record")
-        if not raw:
-            return None
-        data = json.loads(raw)
+    def from_json(cls, data: dict[str, Any]) -> TrialRecord:
         return cls(**data)
-
-
-class _BelowBestPruner(BasePruner):
-    """A candidate whose first measured run is far below the best's mean is hopeless:
-    measuring it again would spend minutes on a setting that cannot win."""
-
-    def __init__(self, below: float):
-        self.below = below
-
-    def prune(self, study, trial) -> bool:
-        best = study.user_attrs.get("best_mean")
-        values = trial.intermediate_values
-        if not best or not values:
-            return False
-        return values[min(values)] < self.below * best
 
 
 # (event, data): "trial-start", "trial-run", "trial-end", "done"
 Progress = Callable[[str, dict[str, Any]], None]
-# (number, candidate, trial mapping, decide, deadline) -> TrialOutcome
-Executor = Callable[[int, dict[str, Value], dict[str, Any], Callable, float], TrialOutcome]
+# (start number, candidate, trial mapping, decide, deadline, live values) -> TrialOutcome
+Executor = Callable[
+    [int, dict[str, Value], dict[str, Any], Callable, float, tuple[int, ...]], TrialOutcome
+]
 
 
 class Search:
@@ -135,6 +127,7 @@ class Search:
         should_stop: Callable[[], bool] = lambda: False,
     ):
         self.space = space
+        self.live = space.live_knob
         self.base_mapping = base_mapping
         self.start = dict(start)
         self.settings = settings
@@ -145,6 +138,10 @@ class Search:
         self.should_stop = should_stop
         self.records: list[TrialRecord] = []
         self.best: TrialRecord | None = None
+        self.again: list[dict[str, Value]] = []  # starts the verdicts asked for, in order
+        self.retried: set[str] = set()  # pruned combinations started once more
+        self.open: str | None = None  # the setting whose comparison awaits a start
+        self.rewritten: list[TrialRecord] = []  # earlier records whose verdict moved
         self.started = time.monotonic()
         self.deadline = self.started + settings.budget_s
         self.stopped_by: str | None = None
@@ -154,10 +151,11 @@ class Search:
             study_name=STUDY_NAME,
             direction="maximize",
             sampler=optuna.samplers.TPESampler(seed=settings.seed),
-            pruner=_BelowBestPruner(settings.prune_below),
             load_if_exists=True,
         )
-        self.distributions = {k.name: CategoricalDistribution(list(k.values)) for k in space.knobs}
+        self.distributions = {
+            k.name: CategoricalDistribution(list(k.values)) for k in space.restart_knobs
+        }
 
     # ----- resume ------------------------------------------------------------------
 
@@ -169,12 +167,11 @@ class Search:
                 self.study.tell(frozen.number, state=TrialState.FAIL)
                 self.study.set_user_attr(f"interrupted_{frozen.number}", True)
                 continue
-            record = TrialRecord.from_attrs(frozen.user_attrs)
-            if record is None:
-                continue
-            self.records.append(record)
-            if record.became_best:
-                self.best = record
+            for data in _saved_records(frozen.user_attrs):
+                record = TrialRecord.from_json(data)
+                self.records.append(record)
+                if record.became_best:
+                    self.best = record
         self._publish_best()
         return len(self.records)
 
@@ -194,7 +191,7 @@ class Search:
                     break
                 continue
             duplicates = 0
-            self._one_trial(*proposal)
+            self._one_start(*proposal)
             if self.should_stop():
                 self.stopped_by = "stopped by a signal"
                 break
@@ -208,7 +205,7 @@ class Search:
             self.stopped_by = "stopped by a signal"
             return True
         limit = self.settings.max_trials
-        if limit is not None and len(self._run_records()) >= limit:
+        if limit is not None and self.trials_run() >= limit:
             self.stopped_by = f"--max-trials {limit} reached"
             return True
         if self.time_left() <= self._expected_trial_s() * 0.5:
@@ -216,28 +213,34 @@ class Search:
             return True
         return False
 
-    def _run_records(self) -> list[TrialRecord]:
-        return [r for r in self.records if r.status != "refused"]
+    def trials_run(self) -> int:
+        """Trials so far, refused ones included: each engine start, each refusal."""
+        starts = {r.start for r in self.records if r.start is not None}
+        return len(starts) + sum(1 for r in self.records if r.start is None)
 
     def time_left(self) -> float:
         return self.deadline - time.monotonic()
 
     def _expected_trial_s(self) -> float:
-        walls = [r.outcome.get("wall_s") or 0 for r in self.records if r.status == "measured"]
-        return sum(walls) / len(walls) if walls else 0.0
+        walls = {
+            r.start: r.outcome.get("wall_s") or 0
+            for r in self.records
+            if r.status == "measured" and r.start is not None
+        }
+        return sum(walls.values()) / len(walls) if walls else 0.0
 
     def planned_left(self) -> int:
-        """First-pass candidates not yet measured, from the best so far."""
+        """First-pass starts not yet made, from the best so far, and starts asked for."""
         base = self.best.candidate if self.best else self.start
-        seen = {_key(r.candidate) for r in self.records}
-        left = sum(
+        seen = {self.combo_key(r.candidate) for r in self.records}
+        left = len(self.again) + sum(
             1
-            for knob in self.space.knobs
+            for knob in self.space.restart_knobs
             for value in knob.values
-            if _key({**base, knob.name: value}) not in seen
+            if self.combo_key({**base, knob.name: value}) not in seen
         )
         if self.settings.max_trials is not None:
-            left = min(left, max(0, self.settings.max_trials - len(self._run_records())))
+            left = min(left, max(0, self.settings.max_trials - self.trials_run()))
         return left
 
     def eta_s(self) -> float | None:
@@ -246,117 +249,251 @@ class Search:
             return None
         return min(self.planned_left() * per_trial, max(0.0, self.time_left()))
 
+    def first_pass_size(self) -> int:
+        """Comparisons in the first pass: each value of each knob against the best."""
+        return max(1, sum(len(k.values) - 1 for k in self.space.knobs))
+
+    def combo_key(self, candidate: dict[str, Value]) -> str:
+        """The restart part of a candidate: what one engine start is."""
+        live = self.live.name if self.live else None
+        return _key({k: v for k, v in candidate.items() if k != live})
+
     def _proposals(self) -> Iterator[tuple[dict[str, Value], Any] | None]:
-        """The start first, then one knob at a time from the best so far, then Optuna's."""
-        seen = {_key(r.candidate) for r in self.records}
-        if _key(self.start) not in seen:
-            seen.add(_key(self.start))
+        """The start first, then one restart knob at a time from the best so far (the
+        live knob is measured in every start), then Optuna's; the starts the verdicts ask
+        for go before any new one."""
+        seen = {self.combo_key(r.candidate) for r in self.records}
+        yield from self._drain_again()
+        if self.combo_key(self.start) not in seen:
+            seen.add(self.combo_key(self.start))
             yield dict(self.start), None
+            yield from self._drain_again()
         progress = True
         while progress:  # another pass while the best moved during the last one
             progress = False
-            best_at_start = self.best.number if self.best else None
-            for knob in self.space.knobs:
+            best_at_start = self._best_combo()
+            for knob in self.space.restart_knobs:
                 for value in knob.values:
                     base = self.best.candidate if self.best else self.start
                     candidate = {**base, knob.name: value}
-                    if _key(candidate) in seen:
+                    if self.combo_key(candidate) in seen:
                         continue
-                    seen.add(_key(candidate))
+                    seen.add(self.combo_key(candidate))
                     yield candidate, None
-            progress = (self.best.number if self.best else None) != best_at_start
+                    yield from self._drain_again()
+            progress = self._best_combo() != best_at_start
+        yield from self._retry_pruned()
         while True:
+            if not self.distributions:
+                return  # only the live knob: every start measured all of it
             trial = self.study.ask(self.distributions)
-            candidate = dict(trial.params)
-            if _key(candidate) in seen:
+            candidate = {**(self.best.candidate if self.best else self.start), **trial.params}
+            if self.combo_key(candidate) in seen:
                 self.study.tell(trial, state=TrialState.FAIL)  # proposed again: not run
                 yield None
                 continue
-            seen.add(_key(candidate))
+            seen.add(self.combo_key(candidate))
             yield candidate, trial
+            yield from self._drain_again()
 
-    def _one_trial(self, candidate: dict[str, Value], trial=None) -> None:
+    def _drain_again(self) -> Iterator[tuple[dict[str, Value], Any]]:
+        while self.again:
+            yield self.again.pop(0), None
+
+    def _best_combo(self) -> str | None:
+        return self.combo_key(self.best.candidate) if self.best else None
+
+    def _retry_pruned(self) -> Iterator[tuple[dict[str, Value], Any]]:
+        """With starts spreading wider than the pruning margin, a setting pruned on its
+        first window may have met a bad start: each is started once more."""
+        margin = 1 - self.settings.prune_below
+        if not self.settings.prune_below or self._start_spread() * 2 <= margin:
+            return
+        for record in list(self.records):
+            combo = self.combo_key(record.candidate)
+            if record.status == "pruned" and combo not in self.retried:
+                self.retried.add(combo)
+                yield dict(record.candidate), None
+                yield from self._drain_again()
+
+    def _start_spread(self) -> float:
+        starts = self._start_records()
+        if len({s.setting for s in starts}) < 1 or len(starts) < 2:
+            return PRIOR_START_SPREAD
+        return StartModel.fit(starts).sigma
+
+    # ----- one engine start ------------------------------------------------------------
+
+    def _live_values(self) -> tuple[int, ...]:
+        return tuple(int(v) for v in self.live.values) if self.live else ()  # type: ignore[arg-type]
+
+    def _one_start(self, candidate: dict[str, Value], trial=None) -> None:
         if trial is None:
-            self.study.enqueue_trial(candidate)
+            self.study.enqueue_trial(
+                {k: v for k, v in candidate.items() if k in self.distributions}
+            )
             trial = self.study.ask(self.distributions)
+        live = self._live_values()
+        started_as = dict(candidate)
+        if self.live is not None:
+            started_as[self.live.name] = max(live)  # the engine's cap covers every live value
+        mapping = apply_candidate(self.base_mapping, started_as)
         number = len(self.records)
-        mapping = apply_candidate(self.base_mapping, candidate)
-        record = TrialRecord(number, candidate, "measured")
-        refusal = self.render(mapping)
+        start = len({r.start for r in self.records if r.start is not None})
         self.on_progress("trial-start", {"number": number, "candidate": candidate})
+        refusal = self.render(mapping)
         if refusal:
-            record.status, record.verdict = "refused", f"refused by the launch plan: {refusal}"
-            self._finish(trial, record, None)
+            record = TrialRecord(number, candidate, "refused")
+            record.verdict = f"refused by the launch plan: {refusal}"
+            self.records.append(record)
+            self._finish(trial, [record])
             return
         deadline = min(time.monotonic() + self.settings.trial_timeout_s, self.deadline)
-        outcome = self.executor(number, candidate, mapping, self._decider(trial, number), deadline)
-        record.status = outcome.status
-        record.outcome = outcome.to_dict()
-        self._judge(record)
-        self._finish(trial, record, outcome)
+        outcome = self.executor(start, candidate, mapping, self._decider(), deadline, live)
+        records = self._split(outcome, candidate, number, start, live)
+        self.records += records  # the verdicts' model includes this start
+        self._judge(records)
+        self._finish(trial, records)
 
-    def _decider(self, trial, number: int) -> Callable[[list[RunFigures]], str]:
+    def _split(self, outcome: TrialOutcome, candidate, number: int, start: int, live):
+        """One record per live value (one record without a live knob)."""
+        data = outcome.to_dict()
+        if not data["runs"]:  # nothing measured: one record of the start as proposed
+            return [TrialRecord(number, candidate, outcome.status, data, start=start)]
+        values: tuple[int | None, ...] = live or (None,)
+        records = []
+        for index, value in enumerate(values):
+            mine = {**candidate, self.live.name: value} if self.live is not None else candidate
+            runs = [r for r in data["runs"] if r.get("live_value") == value]
+            status = outcome.status
+            if status == "measured" and not runs:
+                status = "pruned" if outcome.status == "pruned" else "failed"
+            records.append(
+                TrialRecord(number + index, mine, status, {**data, "runs": runs}, start=start)
+            )
+        return records
+
+    def _decider(self) -> Callable[[list[RunFigures]], str]:
+        """A start measures `min_repeats` rounds (one window of each live value a round);
+        a start whose every first window is far below the best's mean is hopeless."""
         settings = self.settings
 
         def decide(runs: list[RunFigures]) -> str:
             samples = [r.throughput for r in runs]
-            self.on_progress("trial-run", {"number": number, "samples": samples})
-            if len(samples) == 1 and self.best is not None:
-                trial.report(samples[0], 0)
-                if trial.should_prune():
+            self.on_progress("trial-run", {"number": len(self.records), "samples": samples})
+            rounds = max((r.round for r in runs), default=0) + 1
+            best = self.best.mean if self.best else None
+            if rounds == 1 and best and settings.prune_below:
+                if max(samples) < settings.prune_below * best:
                     return PRUNE
             if self.should_stop():
                 return STOP
-            if len(samples) < settings.min_repeats:
-                return CONTINUE
-            if len(samples) >= settings.max_repeats:
-                return STOP
-            if self.best is None:
-                interval = mean_interval(samples, settings.confidence)
-                tight = interval.relative_half_width <= settings.target_half_width
-                return STOP if tight else CONTINUE
-            verdict, _ = compare(samples, self.best.samples, settings.confidence)
-            return CONTINUE if verdict == UNDECIDED else STOP
+            return CONTINUE if rounds < settings.min_repeats else STOP
 
         return decide
 
     # ----- verdicts ----------------------------------------------------------------
 
-    def _judge(self, record: TrialRecord) -> None:
-        if record.status == "pruned":
-            best = self.best.interval(self.settings.confidence) if self.best else None
-            record.verdict = (
-                f"pruned: its first run was under {self.settings.prune_below:.0%} of the best's "
-                f"mean ({best.mean:,.0f} tok/s)"
-                if best
-                else "pruned"
-            )
-            record.against = self.best.number if self.best else None
+    def _start_records(self) -> list[StartRecord]:
+        return start_records_of(self.records)
+
+    def _compare(self, record: TrialRecord, extra: list[StartRecord] = ()) -> tuple[str, Verdict]:
+        """The verdict of `record`'s setting against the best, and what it needs next."""
+        best = self.best
+        assert best is not None
+        comparisons = self.first_pass_size()
+        if self.combo_key(record.candidate) == self.combo_key(best.candidate):
+            mine, theirs = paired_windows(self.records, record.candidate, best.candidate)
+            verdict = judge_paired(
+                mine, theirs, min_effect=self.settings.min_effect,
+                confidence=self.settings.confidence, comparisons=comparisons,
+            )  # fmt: skip
+            return DONE, verdict
+        return next_step(
+            [*self._start_records(), *extra], _key(record.candidate), _key(best.candidate),
+            min_effect=self.settings.min_effect, confidence=self.settings.confidence,
+            comparisons=comparisons,
+        )  # fmt: skip
+
+    def _judge(self, records: list[TrialRecord]) -> None:
+        measured = [r for r in records if r.status == "measured" and r.samples]
+        for record in records:
+            if record.status == "pruned":
+                record.against = self.best.number if self.best else None
+                best = self.best.mean if self.best else None
+                record.verdict = (
+                    f"pruned: its first window was under {self.settings.prune_below:.0%} of the "
+                    f"best's mean ({best:,.0f} tok/s)"
+                    if best
+                    else "pruned"
+                )
+            elif record.status != "measured" or not record.samples:
+                record.verdict = record.outcome.get("failure") or record.status
+        if not measured:
             return
-        if record.status != "measured" or len(record.samples) < 1:
-            record.verdict = record.outcome.get("failure") or record.status
-            return
-        infeasible = self._over_limits(record)
+        pending = measured  # every record is judged against the best of the moment
         if self.best is None:
-            record.verdict = "the start" + (f" ({infeasible})" if infeasible else "")
-            self._make_best(record)
+            first = next((r for r in measured if _key(r.candidate) == _key(self.start)), None)
+            first = first or max(measured, key=lambda r: r.mean or 0)
+            infeasible = self._over_limits(first)
+            first.verdict = "the start" + (f" ({infeasible})" if infeasible else "")
+            self._make_best(first)
+            pending = [r for r in measured if r is not first]
+        self._verdicts(pending)
+
+    def _verdicts(self, pending: list[TrialRecord]) -> None:
+        """This start's settings against the best, and the comparison a start was asked
+        for (its setting's latest record gets the new verdict)."""
+        best = self.best
+        assert best is not None
+        judged = sorted(pending, key=lambda r: -(r.mean or 0))
+        keys = {_key(r.candidate) for r in judged}
+        if self.open is not None and self.open not in keys:
+            latest = [r for r in self.records if _key(r.candidate) == self.open and r.mean]
+            if latest:
+                judged.append(latest[-1])
+                self.rewritten.append(latest[-1])
+        self.open = None
+        winners: list[tuple[float, TrialRecord]] = []
+        asks: list[tuple[float, str, TrialRecord]] = []
+        for record in judged:
+            record.against = best.number
+            if _key(record.candidate) == _key(best.candidate):
+                record.verdict = ANOTHER_START
+                continue
+            kv_note = self._kv_mismatch(record, best)
+            infeasible = self._over_limits(record)
+            step, verdict = self._compare(record)
+            record.difference = (
+                {"mean": verdict.gain.estimate, "low": verdict.gain.low, "high": verdict.gain.high}
+                if verdict.gain
+                else None
+            )
+            if kv_note:
+                record.verdict = f"{NOT_COMPARABLE}: {kv_note}"
+                continue
+            if infeasible:
+                record.verdict = f"{INFEASIBLE}: {infeasible}"
+                continue
+            record.verdict = f"{verdict.kind}: {verdict.why}"
+            if verdict.kind == BETTER and step == DONE:
+                winners.append((verdict.gain.estimate if verdict.gain else 0.0, record))
+            elif self._over_limits(best) and verdict.kind != WORSE:
+                record.verdict = f"within the limits (the best is not): {verdict.why}"
+                winners.append((-1.0, record))
+            elif step in (START_CANDIDATE, START_INCUMBENT):
+                asks.append((verdict.gain.estimate if verdict.gain else 0.0, step, record))
+        if winners:
+            self._make_best(max(winners, key=lambda w: w[0])[1])
             return
-        record.against = self.best.number
-        if len(record.samples) < 2 or len(self.best.samples) < 2:
-            record.verdict = UNDECIDED + " (too few runs for an interval)"
-            return
-        kv_note = self._kv_mismatch(record, self.best)
-        verdict, relative = compare(record.samples, self.best.samples, self.settings.confidence)
-        record.difference = relative.to_dict()
-        if kv_note:
-            record.verdict = f"{NOT_COMPARABLE}: {kv_note}"
-        elif infeasible:
-            record.verdict = f"{INFEASIBLE}: {infeasible}"
-        elif verdict == BETTER or self._over_limits(self.best):
-            record.verdict = BETTER if verdict == BETTER else "within the limits (the best is not)"
-            self._make_best(record)
-        else:
-            record.verdict = WORSE if verdict == WORSE else UNDECIDED
+        if asks:  # the most promising open comparison gets the start it needs
+            _, step, record = max(asks, key=lambda a: a[0])
+            combo = record.candidate if step == START_CANDIDATE else best.candidate
+            whose = "the candidate" if step == START_CANDIDATE else "the best"
+            record.verdict += f"; another start of {whose} asked for"
+            self.open = _key(record.candidate)
+            if all(self.combo_key(c) != self.combo_key(combo) for c in self.again):
+                self.again.append(dict(combo))
 
     def _make_best(self, record: TrialRecord) -> None:
         record.became_best = True
@@ -365,8 +502,7 @@ class Search:
 
     def _publish_best(self) -> None:
         if self.best and self.best.samples:
-            mean = sum(self.best.samples) / len(self.best.samples)
-            self.study.set_user_attr("best_mean", mean)
+            self.study.set_user_attr("best_mean", self.best.mean)
             self.study.set_user_attr("best_number", self.best.number)
 
     def _over_limits(self, record: TrialRecord) -> str | None:
@@ -397,20 +533,33 @@ class Search:
             "it changed (did another process hold GPU memory?)"
         )
 
-    def _finish(self, trial, record: TrialRecord, outcome: TrialOutcome | None) -> None:
-        for key, value in record.to_attrs().items():
-            trial.set_user_attr(key, value)
-        if record.status == "measured" and record.samples:
-            self.study.tell(trial, sum(record.samples) / len(record.samples))
-        elif record.status == "pruned":
+    def _finish(self, trial, records: list[TrialRecord]) -> None:
+        trial.set_user_attr("records", json.dumps([r.to_json() for r in records]))
+        means = [r.mean for r in records if r.status == "measured" and r.mean]
+        if means:
+            self.study.tell(trial, max(means))
+        elif any(r.status == "pruned" for r in records):
             self.study.tell(trial, state=TrialState.PRUNED)
         else:
             self.study.tell(trial, state=TrialState.FAIL)
-        self.records.append(record)
         (self.run_dir / "trials").mkdir(parents=True, exist_ok=True)
-        with open(self.run_dir / "trials" / f"{record.number:03d}.json", "w") as handle:
-            json.dump(json.loads(record.to_attrs()["record"]), handle, indent=2)
-        self.on_progress("trial-end", {"record": record})
+        for record in records + self.rewritten:
+            with open(self.run_dir / "trials" / f"{record.number:03d}.json", "w") as handle:
+                json.dump(record.to_json(), handle, indent=2)
+            if record not in self.rewritten:
+                self.on_progress("trial-end", {"record": record})
+        self.rewritten = []
+
+
+def _saved_records(attrs: dict[str, Any]) -> list[dict[str, Any]]:
+    """A study trial's records: a list per engine start, or (a study written before the
+    live knob) one record per trial, each trial its own start."""
+    if "records" in attrs:
+        return json.loads(attrs["records"])
+    if "record" in attrs:
+        data = json.loads(attrs["record"])
+        return [{**data, "start": data.get("start", data["number"])}]
+    return []
 
 
 def _key(candidate: dict[str, Value]) -> str:
@@ -451,8 +600,62 @@ def _shown(value: Value) -> str:
     return yaml.safe_dump(value).strip().removesuffix("\n...")
 
 
-def gain(best: TrialRecord | None, start: TrialRecord | None, confidence: float):
-    """Best over start as a ratio with its interval, or None."""
-    if not best or not start or len(best.samples) < 2 or len(start.samples) < 2:
+def start_records_of(records: list[TrialRecord]) -> list[StartRecord]:
+    """Each measured setting's mean per engine start, for the start model."""
+    return [
+        StartRecord(_key(r.candidate), r.start, r.mean)
+        for r in records
+        if r.status == "measured" and r.start is not None and r.mean
+    ]
+
+
+def paired_windows(records: list[TrialRecord], candidate: dict[str, Value],
+                   incumbent: dict[str, Value]) -> tuple[list[float], list[float]]:  # fmt: skip
+    """Windows of the two settings in the same round of the same start."""
+    wanted = (_key(candidate), _key(incumbent))
+    by_round: dict[tuple[int, int], dict[str, float]] = {}
+    for record in records:
+        key = _key(record.candidate)
+        if record.status != "measured" or record.start is None or key not in wanted:
+            continue
+        for run in record.runs:
+            by_round.setdefault((record.start, run.round), {})[key] = run.throughput
+    pairs = [v for v in by_round.values() if len(v) == 2]
+    return [p[wanted[0]] for p in pairs], [p[wanted[1]] for p in pairs]
+
+
+def gain(
+    records: list[TrialRecord],
+    best: TrialRecord | None,
+    start: dict[str, Value],
+    settings: SearchSettings,
+    same_start: bool,
+) -> dict[str, Any] | None:
+    """The best over the start as a ratio with its interval, or None: from paired windows
+    when the two ran in the same starts (only the live knob differs), else from the model
+    of every start."""
+    if best is None or _key(best.candidate) == _key(start):
         return None
-    return ratio_interval(best.samples, start.samples, confidence)
+    if same_start:
+        mine, theirs = paired_windows(records, best.candidate, start)
+        verdict = judge_paired(mine, theirs, min_effect=settings.min_effect,
+                               confidence=settings.confidence)  # fmt: skip
+    else:
+        starts = start_records_of(records)
+        names = {s.setting for s in starts}
+        if _key(best.candidate) not in names or _key(start) not in names:
+            return None
+        counts = tuple(
+            sum(1 for s in starts if s.setting == _key(c)) for c in (best.candidate, start)
+        )
+        verdict = judge_starts(StartModel.fit(starts), _key(best.candidate), _key(start),
+                               counts, min_effect=settings.min_effect,
+                               confidence=settings.confidence)  # fmt: skip
+    if verdict.gain is None:
+        return None
+    return {
+        "mean": 1 + verdict.gain.estimate,
+        "low": 1 + verdict.gain.low,
+        "high": 1 + verdict.gain.high,
+        "basis": verdict.gain.basis,
+    }

@@ -1,9 +1,8 @@
 """A whole tune: host facts read once, the space, the guard, the trials, the outputs.
 
-The run directory holds everything: study.db (Optuna's SQLite store), tune.json (the
-workload, settings, space and start this study measures: a resumed run must measure the
-same), one folder per trial (its configuration, serve's log, every benchmark run), and
-the outputs (glm5svc/tune/outputs.py).
+The run directory holds everything: study.db (Optuna's SQLite store), tune.json (what a
+resumed run must measure the same: workload, settings, space, start), one folder per
+engine start (its configuration, serve's log, every benchmark run), and the outputs.
 """
 
 from __future__ import annotations
@@ -142,7 +141,8 @@ class Tune:
             "identity": measured_on(self.config, facts),
         }
         self.renderer = Renderer(facts, check_with_sglang=sglang.installed)
-        self.space: Space = load_space(request.space_path, self.config, model.moe, sglang.version)
+        space = load_space(request.space_path, self.config, model.moe, sglang.version)
+        self.space: Space = space.for_concurrency(request.workload.concurrency)
         self.start = {k.name: start_value(self.config, k.name) for k in self.space.knobs}
         self.guard = TakeOver(request.take_over)
         self.run_dir: Path | None = None
@@ -275,14 +275,16 @@ class Tune:
                         "telemetry": telemetry_status,
                         "bench_plan": {"ladder": [workload.concurrency]},
                     },
-                    settings.confidence,
+                    settings,
+                    lambda a, b: search.combo_key(a) == search.combo_key(b),
                 )
         return self.summary
 
     def _executor(self, workload: Workload, sampler):
-        def execute(number, candidate, mapping, decide, deadline) -> TrialOutcome:
+
+        def execute(number, candidate, mapping, decide, deadline, live_values) -> TrialOutcome:
             trial_dir = self.run_dir / "trials" / f"{number:03d}"
-            outcome, held = attempt(number, mapping, decide, deadline, trial_dir)
+            outcome, held = attempt(number, mapping, decide, deadline, trial_dir, live_values)
             why = outside_the_candidate(
                 outcome.status, outcome.failure, outcome.diagnosis, held,
                 _text(Path(outcome.serve_log)) if outcome.serve_log else "",
@@ -291,7 +293,7 @@ class Tune:
                 first = outcome.failure
                 keep_first_attempt(trial_dir)
                 self.on_progress("trial-phase", {"number": number, "phase": f"again ({why})"})
-                outcome, held = attempt(number, mapping, decide, deadline, trial_dir)
+                outcome, held = attempt(number, mapping, decide, deadline, trial_dir, live_values)
                 outcome.diagnosis.insert(
                     0, f"tried again: the first attempt failed outside the candidate ({why}: "
                     f"{first}); its files are in {FIRST_ATTEMPT_DIR}/",
@@ -304,7 +306,7 @@ class Tune:
                 )
             return outcome
 
-        def attempt(number, mapping, decide, deadline, trial_dir):
+        def attempt(number, mapping, decide, deadline, trial_dir, live_values):
             trial = trial_mapping(mapping, trial_dir)
             path = trial_dir / "config.yaml"
             write_trial_config(trial, path)
@@ -326,6 +328,8 @@ class Tune:
                         self.should_stop() or time.monotonic() >= self.hard_deadline
                     ),
                     warmup_prompts=workload.warmup_prompts,
+                    live_knob=self.space.live_knob.name if live_values else None,
+                    live_values=tuple(live_values),
                     on_progress=lambda text: self.on_progress(
                         "trial-phase", {"number": number, "phase": text}
                     ),
@@ -371,10 +375,7 @@ def measured_on(config: Config, facts: HostFacts) -> dict[str, Any]:
 
 
 def _text(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return ""
+    return path.read_text(encoding="utf-8", errors="replace") if path.is_file() else ""
 
 
 def _wait_for_free_gpus(should_stop: Callable[[], bool]) -> str | None:

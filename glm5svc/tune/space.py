@@ -19,8 +19,10 @@ from glm5svc.config import Config, config_from_mapping, describe_error
 from glm5svc.config_yaml import parse_yaml, read_config_bytes
 from glm5svc.errors import ConfigError
 from glm5svc.sglang_flags import version_problem
+from glm5svc.tune.live_knobs import LIVE_SERVER_ARGS, is_live_capable
 
 DEFAULT_SPACE = Path(__file__).resolve().parents[1] / "data" / "tune-space.yaml"
+CAP_KNOB = "tuning.max_running_requests"
 Value = None | bool | int | float | str
 
 
@@ -33,6 +35,7 @@ class _KnobSpec(BaseModel):
     by_target: dict[str, list[Value]] | None = None
     kv_pool: bool = False
     moe_only: bool = False
+    restart: bool = True  # false: changed on the running engine (glm5svc/tune/live_knobs.py)
 
     @model_validator(mode="after")
     def _one_of_each(self) -> _KnobSpec:
@@ -46,6 +49,20 @@ class _KnobSpec(BaseModel):
             raise ValueError(f"flag {self.flag!r}: a launch_server flag starts with --")
         if (self.values is None) == (self.by_target is None):
             raise ValueError("give exactly one of `values` or `by_target`")
+        if not self.restart:
+            name = self.key or self.flag
+            if not is_live_capable(name or ""):
+                raise ValueError(
+                    f"{name}: `restart: false` only for what sglang changes while it serves "
+                    f"({', '.join(LIVE_SERVER_ARGS)}); remove it"
+                )
+            lists = [self.values or []] + list((self.by_target or {}).values())
+            values = [v for each in lists for v in each]
+            if any(not isinstance(v, int) or isinstance(v, bool) or v < 1 for v in values):
+                raise ValueError(
+                    f"{name}: a live knob's values are whole numbers of at least 1 (null, the "
+                    "engine's own choice, needs `restart: true`)"
+                )
         return self
 
 
@@ -60,6 +77,7 @@ class Knob:
     name: str  # "tuning.<key>" or "--flag"
     values: tuple[Value, ...]
     kv_pool: bool = False
+    restart: bool = True  # False: set on the running engine, measured within a start
 
     @property
     def is_flag(self) -> bool:
@@ -75,11 +93,49 @@ class Space:
     def knob(self, name: str) -> Knob:
         return next(k for k in self.knobs if k.name == name)
 
+    @property
+    def restart_knobs(self) -> list[Knob]:
+        return [k for k in self.knobs if k.restart]
+
+    @property
+    def live_knob(self) -> Knob | None:
+        """The knob measured within each start (at most one: the running-request cap)."""
+        return next((k for k in self.knobs if not k.restart), None)
+
+    def for_concurrency(self, concurrency: int) -> Space:
+        """Caps at or above the concurrency behave alike (the client never has more in
+        flight): they count as one value, the first of them in the knob's order."""
+        knobs, left_out = [], list(self.left_out)
+        for knob in self.knobs:
+            if knob.name != CAP_KNOB:
+                knobs.append(knob)
+                continue
+            kept: list[Value] = []
+            high: Value = None
+            for value in knob.values:
+                if isinstance(value, int) and not isinstance(value, bool) and value >= concurrency:
+                    if high is not None:
+                        left_out.append(
+                            f"{knob.name}={value}: at concurrency {concurrency} it behaves as "
+                            f"{high} (both are at least the concurrency), measured once"
+                        )
+                        continue
+                    high = value
+                kept.append(value)
+            knobs.append(Knob(knob.name, tuple(kept), knob.kv_pool, knob.restart))
+        return Space(knobs, self.source, left_out)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "source": self.source,
             "knobs": [
-                {"name": k.name, "values": list(k.values), "kv_pool": k.kv_pool} for k in self.knobs
+                {
+                    "name": k.name,
+                    "values": list(k.values),
+                    "kv_pool": k.kv_pool,
+                    "restart": k.restart,
+                }
+                for k in self.knobs
             ],
             "left_out": list(self.left_out),
         }
@@ -88,7 +144,10 @@ class Space:
 def space_from_dict(data: dict[str, Any]) -> Space:
     """The space a run directory saved (tune.json): a resumed study searches the same."""
     return Space(
-        [Knob(k["name"], tuple(k["values"]), bool(k.get("kv_pool"))) for k in data["knobs"]],
+        [
+            Knob(k["name"], tuple(k["values"]), bool(k.get("kv_pool")), k.get("restart", True))
+            for k in data["knobs"]
+        ],
         str(data.get("source", "tune.json")),
         list(data.get("left_out") or []),
     )
@@ -130,7 +189,14 @@ def load_space(path: Path | None, config: Config, moe: bool, sglang_version: str
                 continue
         start = start_value(config, name)
         ordered = [start] + [v for v in values if v != start]
-        space.knobs.append(Knob(name, tuple(_dedupe(ordered)), knob.kv_pool))
+        restart = knob.restart
+        if not restart and not isinstance(start, int):
+            restart = True
+            space.left_out.append(
+                f"{name}: measured with restarts, not live (the configuration leaves it to "
+                "sglang, and a live value must be at most the cap the engine started with)"
+            )
+        space.knobs.append(Knob(name, tuple(_dedupe(ordered)), knob.kv_pool, restart))
     if not space.knobs:
         raise ConfigError(
             f"{space.source}: nothing to search for target {target}",

@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,11 +33,12 @@ from glm5svc.bench.plan import BenchPlan
 from glm5svc.bench.runner import run_level
 from glm5svc.child_group import ChildGroup, spawn
 from glm5svc.config import Config, connect_host, read_api_key
-from glm5svc.http_fetch import FetchError, fetch_bytes
+from glm5svc.http_fetch import FetchError, bearer, fetch_bytes
 from glm5svc.records import LastRun, RecordError, StatusDocument
 from glm5svc.serve.phases import parse_line
 from glm5svc.serve.probes import EngineClient
 from glm5svc.tune.diagnosis import GaugeSample, diagnose_run
+from glm5svc.tune.live_knobs import LiveSetError, set_live
 
 READY_POLL_S = 0.5
 GAUGE_POLL_S = 0.5
@@ -47,7 +48,7 @@ NOT_FOR_TRIALS = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "GLM5SVC_CON
 
 LEVEL_FILE = "level.json"
 WINDOW_FILE = "window.json"  # the steady window, its seed and cached share
-MAX_FLAGGED_RUNS = 3  # runs in a row whose window cannot be counted: the trial fails
+MAX_FLAGGED_RUNS = 3  # runs of a start whose window cannot be counted: the trial fails
 CONTINUE, STOP, PRUNE = "continue", "stop", "prune"
 Decide = Callable[[list["RunFigures"]], str]
 
@@ -68,6 +69,9 @@ class RunFigures:
     wall_s: float
     completed: int
     requested: int
+    name: str = ""  # the run's folder under the trial's runs/
+    live_value: int | None = None  # the live knob's value it ran at (TrialRequest.live_knob)
+    round: int = 0  # rounds pair runs: round i of every setting sends seed + i
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -110,6 +114,9 @@ class TrialRequest:
     should_stop: Callable[[], bool] = lambda: False
     warmup_prompts: int = 0
     on_progress: Callable[[str], None] = lambda text: None
+    # Measured within this start, interleaved (A B B A ...): each round runs every value.
+    live_knob: str | None = None
+    live_values: tuple[int, ...] = ()
 
 
 def run_trial(request: TrialRequest) -> TrialOutcome:
@@ -174,40 +181,62 @@ def _measure(request: TrialRequest, serve: ChildGroup, outcome: TrialOutcome, t0
             return
         outcome.warmup = warm
     flagged = 0
+    values: tuple[int | None, ...] = request.live_values or (None,)
+    round_index = 0
     while True:
-        if request.should_stop():
-            outcome.status = "interrupted"
-            return
-        if time.monotonic() >= request.deadline:
-            outcome.diagnosis.append("the trial's time ran out; measured runs kept")
-            break
-        label = f"run {len(outcome.runs) + 1}"
-        request.on_progress(label)
-        name = f"r{len(outcome.runs) + flagged + 1:02d}"
-        if measurer is not None:
-            figures = _window_run(request, client, measurer, name, len(outcome.runs))
-            if isinstance(figures, _Flagged):
-                flagged += 1
-                outcome.diagnosis.append(f"{name} not counted: {figures.why}")
-                if flagged < MAX_FLAGGED_RUNS:
-                    continue
-                figures = f"{flagged} runs in a row could not be counted: {figures.why}"
-        else:
-            figures = _bench_run(request, client, name)
-        if isinstance(figures, str):
+        # ABBA: the order turns every round, so a drift within the start favours no value.
+        order = values if round_index % 2 == 0 else tuple(reversed(values))
+        for value in order:
             if request.should_stop():
                 outcome.status = "interrupted"
                 return
-            outcome.status, outcome.failure = _run_failed(serve, figures)
-            return
-        outcome.runs.append(figures)
+            if time.monotonic() >= request.deadline:
+                outcome.diagnosis.append("the trial's time ran out; measured runs kept")
+                return _diagnose(request, outcome, cap, concurrency)
+            if value is not None and request.live_knob:
+                try:
+                    set_live(client.base_url, bearer(client.api_key), request.live_knob, value)
+                except LiveSetError as exc:
+                    outcome.status, outcome.failure = "failed", str(exc)
+                    return
+            request.on_progress(f"run {len(outcome.runs) + 1}")
+            name = f"r{round_index + 1:02d}" + (f"-v{value}" if value is not None else "")
+            while True:
+                if measurer is not None:
+                    figures = _window_run(request, client, measurer, name, round_index)
+                    if isinstance(figures, _Flagged):
+                        flagged += 1
+                        outcome.diagnosis.append(f"{name} not counted: {figures.why}")
+                        if flagged < MAX_FLAGGED_RUNS:
+                            name += "-again"
+                            continue
+                        figures = f"{flagged} runs could not be counted: {figures.why}"
+                else:
+                    figures = _bench_run(request, client, name)
+                break
+            if isinstance(figures, str):
+                if request.should_stop():
+                    outcome.status = "interrupted"
+                    return
+                outcome.status, outcome.failure = _run_failed(serve, figures)
+                return
+            outcome.runs.append(replace(figures, name=name, live_value=value, round=round_index))
+        round_index += 1
         verdict = request.decide(outcome.runs)
         if verdict == PRUNE:
             outcome.status = "pruned"
             break
         if verdict == STOP:
             break
-    outcome.diagnosis += diagnose_run(outcome.runs, cap, concurrency, request.config)
+    _diagnose(request, outcome, cap, concurrency)
+
+
+def _diagnose(request: TrialRequest, outcome: TrialOutcome, cap: int, concurrency: int) -> None:
+    for value in request.live_values or (None,):
+        runs = [r for r in outcome.runs if r.live_value == value]
+        found = diagnose_run(runs, value or cap, concurrency, request.config)
+        prefix = f"{request.live_knob}={value}: " if value is not None else ""
+        outcome.diagnosis += [prefix + line for line in found]
 
 
 def _run_failed(serve: ChildGroup, error: str) -> tuple[str, str]:

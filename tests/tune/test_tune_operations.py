@@ -71,7 +71,7 @@ def test_caches_make_the_second_start_faster_and_a_redirected_tune_says_so(
     assert "plan: the first pass is" in log and "trial 1 ended: measured" in log
 
     shown = glm5svc(config, "tune", "show", str(run_dir))
-    assert shown.returncode == 0 and "start of trial 1: " in shown.stdout
+    assert shown.returncode == 0 and "engine start 1: " in shown.stdout
     (run_dir / "summary.json").unlink()  # as while it runs: the trials so far
     running = glm5svc(config, "tune", "show", str(run_dir), "--json")
     assert running.returncode == 0, running.stderr
