@@ -146,11 +146,9 @@ def estimate_inputs(
         verdicts = {r.patch.id: r.verdict for r in facts.patches.results}
         cached = verdicts.get(AUTOTUNE_CACHE_PATCH) in (Verdict.APPLIED, Verdict.FIXED_UPSTREAM)
     inputs = EstimateInputs(
-        knobs=tuple(
-            KnobCount(k.name, len(k.values), getattr(k, "restart", True)) for k in space.knobs
-        ),  # fmt: skip
+        knobs=tuple(KnobCount(k.name, len(k.values), k.restart) for k in space.knobs),  # fmt: skip
         budget_s=settings.budget_s,
-        window_s=settings.window_s,
+        window_s=settings.window_s or config.benchmark.window_s,
         repeats=settings.min_repeats,
         weights_bytes=weights,
         disk_read_bps=speed,

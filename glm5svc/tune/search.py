@@ -570,15 +570,17 @@ def _in_space(space: Space, name: str) -> bool:
     return any(k.name == name for k in space.knobs)
 
 
-def bench_plan_for(config, workload: Workload) -> BenchPlan:
-    """One level at the target concurrency, with the workload's lengths and prompts."""
-    return plan_from_config(
+def bench_plan_for(config, workload: Workload, window_s: float | None = None) -> BenchPlan:
+    """One level at the target concurrency, with the workload's lengths and prompts (and
+    the tune's window, when it gives one)."""
+    plan = plan_from_config(
         config,
         ladder=[workload.concurrency],
         input_len=workload.input_len,
         output_len=workload.output_len,
         num_prompts=workload.num_prompts,
     )
+    return plan.with_overrides(window_s=window_s) if window_s else plan
 
 
 def describe_candidate(candidate: dict[str, Value], start: dict[str, Value]) -> str:

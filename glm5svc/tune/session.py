@@ -235,7 +235,7 @@ class Tune:
         telemetry_status = None
         try:
             with telemetry_sampler(config=self.config) as (sampler, telemetry_status):
-                executor = self._executor(workload, sampler)
+                executor = self._executor(workload, sampler, settings.window_s)
                 search = Search(
                     self.space,
                     self.mapping,
@@ -280,7 +280,7 @@ class Tune:
                 )
         return self.summary
 
-    def _executor(self, workload: Workload, sampler):
+    def _executor(self, workload: Workload, sampler, window_s: float | None):
 
         def execute(number, candidate, mapping, decide, deadline, live_values) -> TrialOutcome:
             trial_dir = self.run_dir / "trials" / f"{number:03d}"
@@ -318,7 +318,7 @@ class Tune:
                     config=config,
                     config_path=path,
                     trial_dir=trial_dir,
-                    bench=bench_plan_for(config, workload),
+                    bench=bench_plan_for(config, workload, window_s),
                     decide=decide,
                     # No measured run starts that cannot end by the budget's deadline, and
                     # the one running at that deadline is cut.

@@ -67,10 +67,10 @@ class SearchSettings(_Settings):
         description="a candidate wins only when the lower bound of its gain exceeds this "
         "(relative: 0.03 is 3 %)",
     )
-    window_s: Annotated[Seconds, Option("--window", SEARCH, duration=True)] = Field(
-        30.0,
-        description="length of one steady measurement window (seconds here; minutes on the "
-        "real target, where one run of the workload lasts minutes)",
+    window_s: Annotated[Seconds | None, Option("--window", SEARCH, duration=True)] = Field(
+        None,
+        description="length of one steady measurement window (default: the configuration's "
+        "benchmark.window_s; minutes on the real target, where one run lasts minutes)",
     )
     target_half_width: float = Field(
         0.05, gt=0, lt=1, description="the first trial repeats until its interval is this tight"

@@ -168,6 +168,6 @@ def test_the_run_options_are_the_settings_models_fields():
             if option.config is None:
                 assert getattr(args, name) == field.default, name
     settings = SearchSettings.model_validate({})
-    assert (settings.min_effect, settings.window_s) == (0.03, 30.0)
+    assert (settings.min_effect, settings.window_s) == (0.03, None)  # None: benchmark.window_s
     assert parse_run(["--min-effect", "0.05", "--window", "5m"]).window_s == 300
     assert parse_run(["--min-effect", "1"]) is None
