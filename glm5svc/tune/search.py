@@ -33,6 +33,7 @@ from glm5svc.tune.decision import (
     PRIOR_START_SPREAD,
     START_CANDIDATE,
     START_INCUMBENT,
+    UNDECIDED,
     WORSE,
     StartModel,
     StartRecord,
@@ -349,7 +350,7 @@ class Search:
             self._finish(trial, [record])
             return
         deadline = min(time.monotonic() + self.settings.trial_timeout_s, self.deadline)
-        outcome = self.executor(start, candidate, mapping, self._decider(), deadline, live)
+        outcome = self.executor(start, candidate, mapping, self._decider(candidate), deadline, live)
         records = self._split(outcome, candidate, number, start, live)
         self.records += records  # the verdicts' model includes this start
         self._judge(records)
@@ -373,10 +374,13 @@ class Search:
             )
         return records
 
-    def _decider(self) -> Callable[[list[RunFigures]], str]:
-        """A start measures `min_repeats` rounds (one window of each live value a round);
-        a start whose every first window is far below the best's mean is hopeless."""
+    def _decider(self, candidate: dict[str, Value]) -> Callable[[list[RunFigures]], str]:
+        """A start measures `min_repeats` rounds (one window of each live value a round),
+        more, up to `max_repeats`, while a live value that runs beside the best's (the
+        start is the best's combination, or the first) is undecided against it by its
+        paired windows; a start whose every first window is far below the best is hopeless."""
         settings = self.settings
+        incumbent = self._incumbent_live(candidate)
 
         def decide(runs: list[RunFigures]) -> str:
             samples = [r.throughput for r in runs]
@@ -386,11 +390,44 @@ class Search:
             if rounds == 1 and best and settings.prune_below:
                 if max(samples) < settings.prune_below * best:
                     return PRUNE
-            if self.should_stop():
+            if self.should_stop() or rounds >= settings.max_repeats:
                 return STOP
-            return CONTINUE if rounds < settings.min_repeats else STOP
+            if rounds < settings.min_repeats:
+                return CONTINUE
+            return CONTINUE if self._live_undecided(runs, incumbent) else STOP
 
         return decide
+
+    def _incumbent_live(self, candidate: dict[str, Value]) -> int | None:
+        """The live value to pair against within this start: the best's, when the start is
+        the best's combination; the start's own in the first start; else none."""
+        if self.live is None:
+            return None
+        if self.best is None:
+            return self.start.get(self.live.name)  # type: ignore[return-value]
+        if self.combo_key(candidate) == self.combo_key(self.best.candidate):
+            return self.best.candidate.get(self.live.name)  # type: ignore[return-value]
+        return None
+
+    def _live_undecided(self, runs: list[RunFigures], incumbent: int | None) -> bool:
+        if incumbent is None:
+            return False
+        by_value: dict[int | None, dict[int, float]] = {}
+        for run in runs:
+            by_value.setdefault(run.live_value, {})[run.round] = run.throughput
+        theirs = by_value.get(incumbent, {})
+        for value, mine in by_value.items():
+            if value == incumbent:
+                continue
+            rounds = sorted(set(mine) & set(theirs))
+            verdict = judge_paired(
+                [mine[r] for r in rounds], [theirs[r] for r in rounds],
+                min_effect=self.settings.min_effect, confidence=self.settings.confidence,
+                comparisons=self.first_pass_size(),
+            )  # fmt: skip
+            if verdict.kind == UNDECIDED:
+                return True
+        return False
 
     # ----- verdicts ----------------------------------------------------------------
 

@@ -47,10 +47,14 @@ class SearchSettings(_Settings):
         3600.0, description="time one trial may take"
     )
     min_repeats: Annotated[Repeats, Option("--min-repeats", SEARCH)] = Field(
-        3, description="measured runs per trial, at least"
+        3,
+        description="measured rounds per engine start (a round: one window of each live "
+        "value), at least",
     )
     max_repeats: Annotated[Repeats, Option("--max-repeats", SEARCH)] = Field(
-        8, description="measured runs per trial, at most"
+        8,
+        description="measured rounds per engine start, at most: more than --min-repeats "
+        "only while a live value is undecided against the best's in the same start",
     )
     confidence: Annotated[
         float,
