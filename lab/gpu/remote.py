@@ -18,6 +18,8 @@ Scenarios:
   until its 95 % interval is within 1 % (lab/gpu/ratio_scenario.py).
 - tune: `glm5svc tune run` on the qwen3-moe testbed from a starting point
   (lab/gpu/tune_scenario.py).
+- grid: the tune's space exhaustively, one engine start per combination of its restart
+  knobs (started again in turn), every live value in each (lab/gpu/tune_scenario.py).
 
 Longer than 400 lines: the scenarios of one device run share its deadlines, recording
 and archive helpers; each scenario is one function.
@@ -385,6 +387,10 @@ def scenario_tune(out: Path, env: dict[str, str], deadline: Deadline, results: d
     tune_scenario.run(out, env, deadline, results, model, TUNE_START["start"])
 
 
+def scenario_grid(out: Path, env: dict[str, str], deadline: Deadline, results: dict) -> None:
+    tune_scenario.run_grid(out, env, deadline, results, MODELS / "qwen3-moe")
+
+
 def scenario_method(out: Path, env: dict[str, str], deadline: Deadline, results: dict) -> None:
     method_scenario.run(out, env, deadline, results, MODELS / "qwen3-moe")
 
@@ -396,6 +402,7 @@ SCENARIO_MODELS = {
     "nsa": "glm5-tiny",
     "ratio": "qwen3-moe",
     "tune": "qwen3-moe",
+    "grid": "qwen3-moe",
     "method": "qwen3-moe",
 }
 SCENARIOS = {
@@ -404,6 +411,7 @@ SCENARIOS = {
     "nsa": scenario_nsa,
     "ratio": scenario_ratio,
     "tune": scenario_tune,
+    "grid": scenario_grid,
     "method": scenario_method,
 }
 

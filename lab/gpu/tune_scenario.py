@@ -45,8 +45,17 @@ CONCURRENCY = 256
 INPUT_LEN = 512
 OUTPUT_LEN = int(os.environ.get("GPU_LAB_TUNE_OUTPUT_LEN", "128"))  # shorter in a rehearsal
 NUM_PROMPTS = int(os.environ.get("GPU_LAB_TUNE_PROMPTS", "512"))
-MIN_REPEATS = int(os.environ.get("GPU_LAB_TUNE_MIN_REPEATS", "3"))
-MAX_REPEATS = int(os.environ.get("GPU_LAB_TUNE_MAX_REPEATS", "6"))
+MIN_REPEATS = int(os.environ.get("GPU_LAB_TUNE_MIN_REPEATS", "2"))
+MAX_REPEATS = int(os.environ.get("GPU_LAB_TUNE_MAX_REPEATS", "4"))
+# The steady measurement: windows of this length, a warm-up until two agree within the
+# tolerance or the bound (benchmark.steady; glm5svc/bench/measure.py).
+WINDOW_S = float(os.environ.get("GPU_LAB_TUNE_WINDOW_S", "10"))
+WARMUP_MAX_S = float(os.environ.get("GPU_LAB_TUNE_WARMUP_MAX_S", "45"))
+WARMUP_TOLERANCE_PCT = float(os.environ.get("GPU_LAB_TUNE_WARMUP_TOLERANCE_PCT", "3"))
+# The grid: every combination of the space's restart knobs, in this order (one engine
+# start each, measuring every live value), so the same combination is started more than
+# once and the spread from start to start is measured, not assumed.
+GRID_ORDER = os.environ.get("GPU_LAB_GRID_ORDER", "true,false,true").split(",")
 # A trial stuck (a server that never comes up) gives the rest of the budget back.
 TRIAL_TIMEOUT_S = int(os.environ.get("GPU_LAB_TUNE_TRIAL_TIMEOUT_S", "300"))
 # One server at a time: the example's own share (common.write_h200_config halves it for
@@ -76,6 +85,10 @@ def write_tune_config(dest: Path, model_dir: Path, results_dir: Path, start: str
     benchmark = config.setdefault("benchmark", {})
     benchmark["post_start"] = {"enabled": False}
     benchmark["python"] = BENCH_PYTHON
+    benchmark.update(
+        steady=True, window_s=WINDOW_S, warmup_max_s=WARMUP_MAX_S,
+        warmup_tolerance_pct=WARMUP_TOLERANCE_PCT,
+    )  # fmt: skip
     dest.write_text(yaml.safe_dump(config, sort_keys=False))
     return dest
 
@@ -150,33 +163,46 @@ def last_json_object(text: str) -> dict | None:
 
 
 def run(
-    out: Path, env: dict[str, str], deadline: Deadline, results: dict, model_dir: Path, start: str
+    out: Path,
+    env: dict[str, str],
+    deadline: Deadline,
+    results: dict,
+    model_dir: Path,
+    start: str,
+    space: Path = SPACE,
+    tag: str | None = None,
+    max_trials: int | None = None,
+    budget_s: float | None = None,
 ) -> None:
-    recorded = out / "recorded"
-    recorded.mkdir(exist_ok=True)
-    work = LAB / "work" / f"tune-{start}"
+    """One `glm5svc tune run` from `start` over `space`; `tag` names its work and recorded
+    folders (several runs in one call), `budget_s` caps its budget."""
+    tag = tag or f"tune-{start}"
+    recorded = out / "recorded" / tag
+    recorded.mkdir(parents=True, exist_ok=True)
+    work = LAB / "work" / tag
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     config = write_tune_config(work / "h200-tune.yaml", model_dir, work / "results", start)
     (recorded / "h200-tune.yaml").write_text(config.read_text())
-    shutil.copy2(SPACE, recorded / SPACE.name)
+    shutil.copy2(space, recorded / space.name)
     run_dir = work / "run"
     # A tune stopped on an earlier machine continues here (its run directory carried).
     resume = os.environ.get("GPU_LAB_TUNE_RESUME")
     if resume:
         shutil.copytree(REPO / resume, run_dir)
-    budget = int(deadline.left() - RESERVE_S)
+    budget = int(min(deadline.left() - RESERVE_S, budget_s or float("inf")))
     argv = glm5svc_argv(
         config, "tune", "run",
         "--concurrency", str(CONCURRENCY), "--input-len", str(INPUT_LEN),
         "--output-len", str(OUTPUT_LEN), "--num-prompts", str(NUM_PROMPTS),
-        "--space", str(SPACE), "--budget", str(budget),
+        "--space", str(space), "--budget", str(budget),
         "--min-repeats", str(MIN_REPEATS), "--max-repeats", str(MAX_REPEATS),
         "--trial-timeout", str(TRIAL_TIMEOUT_S),
+        *(["--max-trials", str(max_trials)] if max_trials else []),
         "--resume" if resume else "--run-dir", str(run_dir), "--json",
     )  # fmt: skip
     results.update(start=start, starting_settings=STARTS[start], argv=argv[3:], budget_s=budget)
-    log(f"tune from {start}: budget {budget} s")
+    log(f"{tag}: budget {budget} s")
     mark = f"{os.getpid()}-{time.time_ns()}"
     t0 = time.monotonic()
     with (
@@ -188,7 +214,7 @@ def run(
             stdout=stdout, stderr=stderr,
         )  # fmt: skip
         STARTED_GROUPS.add(tune.pid)
-        code = tune.wait(max(5, deadline.left() - RESERVE_S + 25))
+        code = tune.wait(max(5, min(deadline.left() - RESERVE_S + 25, budget + 25)))
         if code is None:
             # Past its own budget: stopped as a user would (SIGTERM to its group), then killed.
             grace = max(3, min(20, deadline.left() - 15))
@@ -210,4 +236,48 @@ def run(
         results["run_files"] = sorted(
             str(p.relative_to(run_dir)) for p in run_dir.rglob("*") if p.is_file()
         )[:200]
-    log(f"tune from {start}: exit {results['exit']} in {results['wall_s']} s")
+    log(f"{tag}: exit {results['exit']} in {results['wall_s']} s")
+
+
+def grid_space(dest: Path, combination: dict[str, object]) -> Path:
+    """The H200 space with each restart knob held at the combination's value: one start
+    that measures every live value."""
+    space = yaml.safe_load(SPACE.read_text())
+    for knob in space["knobs"]:
+        name = knob["key"].split(".", 1)[1]
+        if knob.get("restart", True) and name in combination:
+            knob["values"] = [combination[name]]
+    dest.write_text(yaml.safe_dump(space, sort_keys=False))
+    return dest
+
+
+def run_grid(out: Path, env: dict[str, str], deadline: Deadline, results: dict,
+             model_dir: Path) -> None:  # fmt: skip
+    """Every combination of the restart knobs (here CUDA graphs on and off), one engine start
+    each in GRID_ORDER, each measuring every live cap with the tune's own method: a tune run
+    of one start over a one-combination space, from the `before` settings."""
+    results["order"] = GRID_ORDER
+    results["starts"] = []
+    for index, graphs in enumerate(GRID_ORDER):
+        if deadline.left() < RESERVE_S + 90:
+            results["cut"] = f"{len(GRID_ORDER) - index} start(s) left out: device time"
+            break
+        combination = {"cuda_graph": graphs == "true"}
+        tag = f"grid-{index}-graphs-{'on' if combination['cuda_graph'] else 'off'}"
+        work = LAB / "work"
+        work.mkdir(parents=True, exist_ok=True)
+        space = grid_space(work / f"{tag}-space.yaml", combination)
+        entry: dict = {"index": index, "combination": combination}
+        results["starts"].append(entry)
+        try:
+            run(out, env, deadline, entry, model_dir, "before", space=space, tag=tag,
+                max_trials=1)  # fmt: skip
+        except Exception as err:  # noqa: BLE001 - the grid goes on with what it has
+            entry["error"] = f"{type(err).__name__}: {err}"
+        summary = entry.get("summary") or {}
+        entry["settings"] = [
+            {key: row.get(key) for key in ("setting", "status", "runs", "throughput_mean",
+                                           "throughput_low", "throughput_high", "verdict")}
+            for row in summary.get("trials") or []
+        ]  # fmt: skip
+        log(f"{tag}: {json.dumps(entry['settings'])}")
