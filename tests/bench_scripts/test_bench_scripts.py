@@ -31,6 +31,7 @@ SHORT_RUN_TESTS = {
     "telemetry.py": "test_telemetry_short",
     "tune_fleet.py": "test_tune_fleet_short",
     "tune_method.py": "test_tune_method_short",
+    "tune_search.py": "test_tune_search_short",
 }
 
 
@@ -123,6 +124,19 @@ def test_tune_method_short(tmp_path):
     assert [r["start_sigma"] for r in rows] == [0.015, 0.01, 0.03, 0.08]
     assert all(0 <= r["false_promotion"] <= 1 and r["passes"] == 20 for r in rows)
     assert "false promotion" in done.stdout
+
+
+def test_tune_search_short(tmp_path):
+    out = tmp_path / "search.json"
+    done = run([sys.executable, "bench/tune_search.py", "--short", "--out", str(out)], 300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    figures = json.loads(out.read_text())
+    assert figures["optimum"]["tuning.cuda_graph"] is True
+    rows = figures["rows"]
+    assert [r["start_sigma"] for r in rows] == [0.01, 0.03, 0.067]
+    # Graphs double the throughput: no noise level leaves the search below its start.
+    assert all(r["worse_than_start"] == 0 and r["mean_starts"] >= 3 for r in rows)
+    assert "the search ends on the optimum" in done.stdout
 
 
 def test_overhead_short():
