@@ -173,6 +173,7 @@ def run(
     tag: str | None = None,
     max_trials: int | None = None,
     budget_s: float | None = None,
+    tuning: dict | None = None,
 ) -> None:
     """One `glm5svc tune run` from `start` over `space`; `tag` names its work and recorded
     folders (several runs in one call), `budget_s` caps its budget."""
@@ -183,6 +184,10 @@ def run(
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     config = write_tune_config(work / "h200-tune.yaml", model_dir, work / "results", start)
+    if tuning:  # the grid's combination: the start a space of one combination begins from
+        mapping = yaml.safe_load(config.read_text())
+        mapping["tuning"].update(tuning)
+        config.write_text(yaml.safe_dump(mapping, sort_keys=False))
     (recorded / "h200-tune.yaml").write_text(config.read_text())
     shutil.copy2(space, recorded / space.name)
     run_dir = work / "run"
@@ -239,14 +244,11 @@ def run(
     log(f"{tag}: exit {results['exit']} in {results['wall_s']} s")
 
 
-def grid_space(dest: Path, combination: dict[str, object]) -> Path:
-    """The H200 space with each restart knob held at the combination's value: one start
-    that measures every live value."""
+def grid_space(dest: Path) -> Path:
+    """The H200 space's live knob alone: with the combination in the configuration (the
+    start), a tune of one start measures every live value of it."""
     space = yaml.safe_load(SPACE.read_text())
-    for knob in space["knobs"]:
-        name = knob["key"].split(".", 1)[1]
-        if knob.get("restart", True) and name in combination:
-            knob["values"] = [combination[name]]
+    space["knobs"] = [k for k in space["knobs"] if k.get("restart", True) is False]
     dest.write_text(yaml.safe_dump(space, sort_keys=False))
     return dest
 
@@ -266,12 +268,12 @@ def run_grid(out: Path, env: dict[str, str], deadline: Deadline, results: dict,
         tag = f"grid-{index}-graphs-{'on' if combination['cuda_graph'] else 'off'}"
         work = LAB / "work"
         work.mkdir(parents=True, exist_ok=True)
-        space = grid_space(work / f"{tag}-space.yaml", combination)
+        space = grid_space(work / f"{tag}-space.yaml")
         entry: dict = {"index": index, "combination": combination}
         results["starts"].append(entry)
         try:
             run(out, env, deadline, entry, model_dir, "before", space=space, tag=tag,
-                max_trials=1)  # fmt: skip
+                max_trials=1, tuning=combination)  # fmt: skip
         except Exception as err:  # noqa: BLE001 - the grid goes on with what it has
             entry["error"] = f"{type(err).__name__}: {err}"
         summary = entry.get("summary") or {}
