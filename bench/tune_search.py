@@ -8,7 +8,8 @@ answer is the true optimum (the grid measured with no noise is the landscape its
 a grid measured once per combination is what a hand search would do: its pick under the
 same noise is counted too). Printed per noise level: how often the search ends on the
 optimum or within the minimum effect of it, how often it ends worse than its start, the
-engine starts it spends, and the grid's starts and hit rate for the same noise.
+engine starts it spends, and the grid's starts and hit rate for the same noise; then the
+same with at most half the grid's starts (--max-trials), the budget the tune must fit.
 
     .venv/bin/python bench/tune_search.py [--short] [--seeds N] [--out FILE]
 """
@@ -111,9 +112,10 @@ def main() -> int:
          for values in itertools.product(*(k.values for k in SPACE.knobs))),
         key=throughput,
     )  # fmt: skip
-    settings = SearchSettings()
+    _, grid_size = grid_pick(0.0, 0.0, 0)
     rows = []
-    for start_sigma, window_sigma in NOISE:
+    for (start_sigma, window_sigma), limit in itertools.product(NOISE, (None, grid_size // 2)):
+        settings = SearchSettings(max_trials=limit)
         hits = near = worse = grid_hits = grid_near = 0
         starts = []
         grid_starts = 0
@@ -134,6 +136,7 @@ def main() -> int:
             grid_near += throughput(picked) / throughput(optimum) >= 1 - settings.min_effect
         row = {
             "start_sigma": start_sigma, "window_sigma": window_sigma, "seeds": seeds,
+            "max_starts": limit,
             "optimum": hits / seeds, "within_min_effect": near / seeds,
             "worse_than_start": worse / seeds, "mean_starts": sum(starts) / seeds,
             "grid_starts": grid_starts, "grid_optimum": grid_hits / seeds,
@@ -141,7 +144,8 @@ def main() -> int:
         }  # fmt: skip
         rows.append(row)
         print(
-            f"start spread {start_sigma:.1%}, window {window_sigma:.1%}: the search ends on the "
+            f"start spread {start_sigma:.1%}, window {window_sigma:.1%}, "
+            f"{'at most ' + str(limit) if limit else 'unlimited'} starts: the search ends on the "
             f"optimum in {row['optimum']:.0%} of seeds, within {settings.min_effect:.0%} of it "
             f"in {row['within_min_effect']:.0%}, worse than its start in "
             f"{row['worse_than_start']:.0%}, {row['mean_starts']:.1f} starts; the grid measured "

@@ -17,8 +17,9 @@ from glm5svc.atomic_file import write_atomic
 from glm5svc.bench.results import SUMMARY_SCHEMA
 from glm5svc.config_yaml import read_regular_bytes
 from glm5svc.errors import ConfigError, Glm5Error
+from glm5svc.tune.evidence import TrialRecord, gain
 from glm5svc.tune.host_figures import read_start
-from glm5svc.tune.search import TrialRecord, describe_candidate, gain
+from glm5svc.tune.search import describe_candidate
 from glm5svc.tune.settings import SearchSettings
 from glm5svc.tune.space import Value, overlay_of
 from glm5svc.tune.trial import LEVEL_FILE

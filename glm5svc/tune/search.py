@@ -4,11 +4,12 @@ Optuna keeps the trial store (SQLite in the run directory, so a stopped run resu
 proposes candidates once the first pass is done; the first pass changes one knob at a
 time from the best setting so far, in the space's order, as the reference deployment's
 hand search did (few trials: each one restarts a server that loads the weights).
-A candidate replaces the best only when the interval of the difference of their mean
-throughputs excludes zero (glm5svc/tune/stats.py); otherwise "no measurable difference".
+Each engine start is one combination of the restart knobs and measures every value of
+the live knob; the verdicts (glm5svc/tune/decision.py) judge restart settings across
+starts and live ones by paired windows, and ask for the starts a comparison needs.
 
-Longer than 400 lines: the proposal order, the per-run decision, the verdict and the
-resume replay read and write the same records and stay together.
+Longer than 400 lines: the proposal order, the starts' decisions, the verdicts, the
+confirmation and the resume replay read and write the same records and stay together.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,12 +40,18 @@ from glm5svc.tune.decision import (
     StartRecord,
     Verdict,
     judge_paired,
-    judge_starts,
     next_step,
 )
+from glm5svc.tune.evidence import (
+    TrialRecord,
+    gain,
+    paired_windows,
+    saved_records,
+    start_records_of,
+)
+from glm5svc.tune.evidence import setting_key as _key
 from glm5svc.tune.settings import SearchSettings
 from glm5svc.tune.space import Space, Value, apply_candidate, overlay_of
-from glm5svc.tune.stats import mean_interval
 from glm5svc.tune.trial import CONTINUE, PRUNE, STOP, RunFigures, TrialOutcome
 
 STUDY_NAME = "glm5svc-tune"
@@ -65,45 +72,6 @@ class Workload:
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
-
-
-@dataclass
-class TrialRecord:
-    """One setting as measured in one engine start. A start measures every value of the
-    live knob (the running-request cap) interleaved, so it gives one record per value."""
-
-    number: int
-    candidate: dict[str, Value]
-    status: str  # measured | failed | pruned | interrupted | refused
-    outcome: dict[str, Any] = field(default_factory=dict)
-    verdict: str = ""  # against the best at the time
-    against: int | None = None  # that best's trial number
-    difference: dict[str, float] | None = None  # the gain's estimate and bounds (relative)
-    became_best: bool = False
-    start: int | None = None  # the engine start (trials/<start>/), None: never started
-
-    @property
-    def samples(self) -> list[float]:
-        return [r["throughput"] for r in self.outcome.get("runs") or []]
-
-    @property
-    def runs(self) -> list[RunFigures]:
-        return [RunFigures.from_dict(r) for r in self.outcome.get("runs") or []]
-
-    @property
-    def mean(self) -> float | None:
-        samples = self.samples
-        return sum(samples) / len(samples) if samples else None
-
-    def interval(self, confidence: float):
-        return mean_interval(self.samples, confidence) if self.samples else None
-
-    def to_json(self) -> dict[str, Any]:
-        return json.loads(json.dumps(self.__dict__, default=str))
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> TrialRecord:
-        return cls(**data)
 
 
 # (event, data): "trial-start", "trial-run", "trial-end", "done"
@@ -143,6 +111,7 @@ class Search:
         self.retried: set[str] = set()  # pruned combinations started once more
         self.open: str | None = None  # the setting whose comparison awaits a start
         self.rewritten: list[TrialRecord] = []  # earlier records whose verdict moved
+        self.confirmation: str | None = None  # what the winner's fresh start showed
         self.started = time.monotonic()
         self.deadline = self.started + settings.budget_s
         self.stopped_by: str | None = None
@@ -168,7 +137,7 @@ class Search:
                 self.study.tell(frozen.number, state=TrialState.FAIL)
                 self.study.set_user_attr(f"interrupted_{frozen.number}", True)
                 continue
-            for data in _saved_records(frozen.user_attrs):
+            for data in saved_records(frozen.user_attrs):
                 record = TrialRecord.from_json(data)
                 self.records.append(record)
                 if record.became_best:
@@ -198,18 +167,74 @@ class Search:
                 break
         else:
             self.stopped_by = self.stopped_by or "every proposal measured"
+        if not self.should_stop():
+            self._confirm()
         self.on_progress("done", {"stopped_by": self.stopped_by})
         return self.records
+
+    def confirmation_owed(self) -> bool:
+        """The best is not the start and has had no engine start since it became the best."""
+        best = self.best
+        if best is None or best.start is None or _key(best.candidate) == _key(self.start):
+            return False
+        later = [
+            r for r in self.records
+            if r.start is not None and r.start > best.start and r.status == "measured"
+            and self.combo_key(r.candidate) == self.combo_key(best.candidate)
+        ]  # fmt: skip
+        return not later
+
+    def _confirm(self) -> None:
+        """The winner gets a fresh start before it is written out; `confirmation` says
+        what it showed (or why there was none)."""
+        if not self.confirmation_owed():
+            return
+        if self.trials_run() >= (self.settings.max_trials or float("inf")) or (
+            self.time_left() <= self._expected_trial_s()
+        ):
+            self.confirmation = "not confirmed by a fresh start: no time or trials left"
+            return
+        best = self.best
+        self._one_start(dict(best.candidate))
+        if self.best is not best:
+            self.confirmation = (
+                f"not confirmed: the confirming start made trial {self.best.number} the best"
+            )
+            return
+        latest = [r for r in self.records if r.start is not None][-1]
+        if _key(latest.candidate) != _key(best.candidate):  # a live value's record
+            latest = next(
+                r for r in reversed(self.records) if _key(r.candidate) == _key(best.candidate)
+            )
+        if latest is best or latest.status != "measured":
+            self.confirmation = f"the confirming start failed: {latest.verdict or latest.status}"
+            return
+        latest.verdict = "the confirming start of the best"
+        with open(self.run_dir / "trials" / f"{latest.number:03d}.json", "w") as handle:
+            json.dump(latest.to_json(), handle, indent=2)
+        shown = gain(self.records, best, self.start, self.settings,
+                     self.combo_key(best.candidate) == self.combo_key(self.start))  # fmt: skip
+        if shown is None or shown["low"] <= 1.0:
+            self.confirmation = (
+                "not confirmed: with its fresh start the best's gain over the start is no "
+                "longer above zero" + (f" ({shown['low'] - 1:+.1%} lower bound)" if shown else "")
+            )
+        else:
+            self.confirmation = (
+                f"confirmed by a fresh start (start {latest.start}): gain over the start "
+                f"{shown['mean'] - 1:+.1%} [{shown['low'] - 1:+.1%}, {shown['high'] - 1:+.1%}]"
+            )
 
     def _out_of_time_or_trials(self) -> bool:
         if self.should_stop():
             self.stopped_by = "stopped by a signal"
             return True
         limit = self.settings.max_trials
-        if limit is not None and self.trials_run() >= limit:
+        reserve = 1 if self.confirmation_owed() else 0  # the winner's fresh start
+        if limit is not None and self.trials_run() >= limit - reserve:
             self.stopped_by = f"--max-trials {limit} reached"
             return True
-        if self.time_left() <= self._expected_trial_s() * 0.5:
+        if self.time_left() <= self._expected_trial_s() * (0.5 + reserve):
             self.stopped_by = "the time budget is spent"
             return True
         return False
@@ -588,21 +613,6 @@ class Search:
         self.rewritten = []
 
 
-def _saved_records(attrs: dict[str, Any]) -> list[dict[str, Any]]:
-    """A study trial's records: a list per engine start, or (a study written before the
-    live knob) one record per trial, each trial its own start."""
-    if "records" in attrs:
-        return json.loads(attrs["records"])
-    if "record" in attrs:
-        data = json.loads(attrs["record"])
-        return [{**data, "start": data.get("start", data["number"])}]
-    return []
-
-
-def _key(candidate: dict[str, Value]) -> str:
-    return json.dumps(candidate, sort_keys=True, default=str)
-
-
 def _in_space(space: Space, name: str) -> bool:
     return any(k.name == name for k in space.knobs)
 
@@ -637,64 +647,3 @@ def _shown(value: Value) -> str:
     if isinstance(value, bool):
         return "on" if value else "off"
     return yaml.safe_dump(value).strip().removesuffix("\n...")
-
-
-def start_records_of(records: list[TrialRecord]) -> list[StartRecord]:
-    """Each measured setting's mean per engine start, for the start model."""
-    return [
-        StartRecord(_key(r.candidate), r.start, r.mean)
-        for r in records
-        if r.status == "measured" and r.start is not None and r.mean
-    ]
-
-
-def paired_windows(records: list[TrialRecord], candidate: dict[str, Value],
-                   incumbent: dict[str, Value]) -> tuple[list[float], list[float]]:  # fmt: skip
-    """Windows of the two settings in the same round of the same start."""
-    wanted = (_key(candidate), _key(incumbent))
-    by_round: dict[tuple[int, int], dict[str, float]] = {}
-    for record in records:
-        key = _key(record.candidate)
-        if record.status != "measured" or record.start is None or key not in wanted:
-            continue
-        for run in record.runs:
-            by_round.setdefault((record.start, run.round), {})[key] = run.throughput
-    pairs = [v for v in by_round.values() if len(v) == 2]
-    return [p[wanted[0]] for p in pairs], [p[wanted[1]] for p in pairs]
-
-
-def gain(
-    records: list[TrialRecord],
-    best: TrialRecord | None,
-    start: dict[str, Value],
-    settings: SearchSettings,
-    same_start: bool,
-) -> dict[str, Any] | None:
-    """The best over the start as a ratio with its interval, or None: from paired windows
-    when the two ran in the same starts (only the live knob differs), else from the model
-    of every start."""
-    if best is None or _key(best.candidate) == _key(start):
-        return None
-    if same_start:
-        mine, theirs = paired_windows(records, best.candidate, start)
-        verdict = judge_paired(mine, theirs, min_effect=settings.min_effect,
-                               confidence=settings.confidence)  # fmt: skip
-    else:
-        starts = start_records_of(records)
-        names = {s.setting for s in starts}
-        if _key(best.candidate) not in names or _key(start) not in names:
-            return None
-        counts = tuple(
-            sum(1 for s in starts if s.setting == _key(c)) for c in (best.candidate, start)
-        )
-        verdict = judge_starts(StartModel.fit(starts), _key(best.candidate), _key(start),
-                               counts, min_effect=settings.min_effect,
-                               confidence=settings.confidence)  # fmt: skip
-    if verdict.gain is None:
-        return None
-    return {
-        "mean": 1 + verdict.gain.estimate,
-        "low": 1 + verdict.gain.low,
-        "high": 1 + verdict.gain.high,
-        "basis": verdict.gain.basis,
-    }

@@ -271,6 +271,7 @@ class Tune:
                         "searched": [k.name for k in self.space.knobs],
                         "plan": planned.to_dict(),
                         "stopped_by": search.stopped_by,
+                        "confirmation": search.confirmation,
                         "service": list(self.guard.log),
                         "telemetry": telemetry_status,
                         "bench_plan": {"ladder": [workload.concurrency]},

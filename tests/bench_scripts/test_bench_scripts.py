@@ -133,7 +133,9 @@ def test_tune_search_short(tmp_path):
     figures = json.loads(out.read_text())
     assert figures["optimum"]["tuning.cuda_graph"] is True
     rows = figures["rows"]
-    assert [r["start_sigma"] for r in rows] == [0.01, 0.03, 0.067]
+    assert [r["start_sigma"] for r in rows] == [0.01, 0.01, 0.03, 0.03, 0.067, 0.067]
+    assert [r["max_starts"] for r in rows[:2]] == [None, 12]
+    assert rows[1]["mean_starts"] <= 12
     # Graphs double the throughput: no noise level leaves the search below its start.
     assert all(r["worse_than_start"] == 0 and r["mean_starts"] >= 3 for r in rows)
     assert "the search ends on the optimum" in done.stdout
