@@ -26,6 +26,12 @@ description:
     O(owned_raw_keys); mount points and mount entries whose container path is in
     O(owned_mount_targets)); every other line is kept as it is.
   - Plain keys in O(options) (e.g. C(cores), C(memory)) are set where they are.
+  - Reads the sections as C(PVE::LXC::Config::parse_pct_config) does - the current config up to
+    the first C([section]), C([pve:pending]) (changes Proxmox applies at the next start), C([name])
+    snapshots - and changes only the current one. A pending change to a line it manages (the same
+    C(devN)/C(mpN)/option key, an owned raw line, a C(delete:) of one, or any C(lxc.*) line while it
+    manages one, since Proxmox then replaces every C(lxc.*) line) is refused with the fix (C(pct
+    reboot) applies it, C(pct set --revert) drops it), in check mode too.
 options:
   path:
     description: The container's configuration file.
@@ -106,6 +112,10 @@ mount_points:
   description: The owned mpN lines after the change.
   returned: always
   type: list
+pending:
+  description: The keys of the C([pve:pending]) section (C(delete) entries as C(delete <key>)).
+  returned: always
+  type: list
 """
 
 import contextlib
@@ -115,9 +125,15 @@ from typing import NamedTuple
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.glm5_pve_files import config_lock, config_lock_path, write_like_proxmox
+from ansible.module_utils.glm5_pve_sections import (
+    LINE,
+    guest_lock,
+    pending_conflicts,
+    pending_keys,
+    pending_refusal,
+    split_sections,
+)
 
-SECTION = re.compile(r"^\[[^\]]+\]\s*$")
-LINE = re.compile(r"^(?P<key>[A-Za-z0-9_.\-]+)\s*:\s*(?P<value>.*?)\s*$")
 INDEXED = re.compile(r"^(?P<prefix>dev|mp)(?P<index>\d+)$")
 ALLOW = re.compile(r"^c\s+(?P<major>\d+):\S+\s+\S+$")
 PLAIN_KEY = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -164,14 +180,6 @@ def owned(key: str, value: str, rule: Ownership) -> bool:
         match = ALLOW.match(value)
         return bool(match) and int(match.group("major")) in rule.owned_majors
     return False
-
-
-def split_sections(text: str) -> tuple[list[str], list[str]]:
-    lines = text.splitlines()
-    for number, line in enumerate(lines):
-        if SECTION.match(line):
-            return lines[:number], lines[number:]
-    return lines, []
 
 
 def current_owned(main: list[str], rule: Ownership | set[int]):
@@ -278,16 +286,6 @@ def normalise_raw(lines: list[str]) -> list[str]:
     return result
 
 
-def guest_lock(text: str) -> str:
-    """The value of a `lock:` line in the current config ('' when unlocked)."""
-    main, _rest = split_sections(text)
-    for line in main:
-        match = re.match(r"^lock:\s*(\S+)", line)
-        if match:
-            return match.group(1)
-    return ""
-
-
 def normalise_options(options: dict) -> dict[str, str]:
     result = {}
     for key, value in options.items():
@@ -305,6 +303,12 @@ def ownership(params: dict) -> Ownership:
         raw_keys=frozenset(params["owned_raw_keys"]),
         mount_targets=frozenset(_target(path) for path in params["owned_mount_targets"]),
     )
+
+
+def pending_conflicts_of(before: str, after: str, params: dict, absent: bool) -> list[str]:
+    rule = ownership(params)
+    options = set() if absent else set(normalise_options(params["options"]))
+    return pending_conflicts(before, after, lambda k, v: owned(k, v, rule), rule.raw_keys, options)
 
 
 def plan(path: str, params: dict, absent: bool) -> tuple[str, str, list[str]]:
@@ -366,6 +370,9 @@ def main() -> None:
                     f"progress; run again when it is done, or remove a stale lock with "
                     f"pct unlock {vmid}"
                 )
+            conflicts = pending_conflicts_of(before, after, params, absent)
+            if conflicts:
+                module.fail_json(msg=pending_refusal(path, conflicts), pending=pending_keys(before))
             changed = after != before
             if changed and not module.check_mode:
                 write_like_proxmox(path, after)
@@ -377,7 +384,11 @@ def main() -> None:
     owned_mp = [line for line in mp_lines if owned(*line.split(": ", 1), ownership(params))]
     diff = {"before": before, "after": after, "before_header": path, "after_header": path}
     module.exit_json(
-        changed=changed, devices=dev_lines, mount_points=owned_mp, diff=diff if changed else {}
+        changed=changed,
+        devices=dev_lines,
+        mount_points=owned_mp,
+        pending=pending_keys(before),
+        diff=diff if changed else {},
     )
 
 
