@@ -1,6 +1,10 @@
 #!/usr/bin/python
 # Copyright: glm5svc contributors. Apache-2.0.
-"""Proxmox's enterprise repositories on a host without a subscription: refused, or switched."""
+"""Proxmox's enterprise repositories on a host without a subscription: refused, or switched.
+
+Longer than 400 lines: a quarter of it is DOCUMENTATION, EXAMPLES and RETURN, which Ansible
+reads from the module's own file.
+"""
 
 from __future__ import annotations
 
@@ -19,8 +23,14 @@ description:
     C(no_subscription=true) each enterprise entry is disabled (deb822 C(Enabled) C(no); a one-line
     entry is commented out, as Proxmox's admin guide says) and the matching no-subscription entry
     is written (C(pve-enterprise) -> C(pve-no-subscription), ceph C(enterprise) ->
-    C(no-subscription), on C(download.proxmox.com), same suite and Signed-By). Otherwise it
-    fails, naming both fixes.
+    C(no-subscription), on C(download.proxmox.com), same suite and Signed-By) where the Proxmox VE
+    admin guide puts it (pve-docs, Package Repositories), as a deb822 stanza (Proxmox VE's in
+    O(sources_file), C(proxmox.sources); Ceph's in O(ceph_sources_file), C(ceph.sources)).
+    Otherwise it fails, naming both fixes.
+  - An entry already enabled in any of apt's files (same URI, either scheme, suite and
+    component) is not written again.
+  - The files of O(legacy_files) (where an earlier version wrote the entries) are migrated; their
+    entries go where the admin guide puts them (unless already there), then the files are removed.
   - Supports check mode and diff.
 options:
   no_subscription:
@@ -32,9 +42,18 @@ options:
     type: str
     default: http://download.proxmox.com/debian
   sources_file:
-    description: The deb822 file the no-subscription entries are written to.
+    description: The deb822 file Proxmox VE's no-subscription entry is added to.
     type: path
-    default: /etc/apt/sources.list.d/glm5-proxmox-no-subscription.sources
+    default: /etc/apt/sources.list.d/proxmox.sources
+  ceph_sources_file:
+    description: The deb822 file Ceph's no-subscription entry is added to.
+    type: path
+    default: /etc/apt/sources.list.d/ceph.sources
+  legacy_files:
+    description: Files of an earlier version's entries, moved to the files above, then removed.
+    type: list
+    elements: path
+    default: [/etc/apt/sources.list.d/glm5-proxmox-no-subscription.sources]
   subscription_status:
     description: The status word from C(pvesubscription get); empty to run it here.
     type: str
@@ -73,6 +92,18 @@ disabled:
   description: The files whose enterprise entries are (or would be) disabled.
   returned: always
   type: list
+written:
+  description: The files a no-subscription entry is (or would be) added to.
+  returned: always
+  type: list
+already:
+  description: "The no-subscription entries found enabled already, as C(file: uri suite component)."
+  returned: always
+  type: list
+removed:
+  description: The files of O(legacy_files) that are (or would be) removed.
+  returned: always
+  type: list
 """
 
 import os
@@ -81,9 +112,10 @@ import subprocess
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.glm5_apt_sources import read_entries
 
 ENTERPRISE = "https://enterprise.proxmox.com/debian"
-OWN_HEADER = "# Managed by Ansible (glm5_pve_repositories): "
+SOURCES_D = "/etc/apt/sources.list.d"
 COMPONENTS = {"pve-enterprise": "pve-no-subscription", "enterprise": "no-subscription"}
 
 
@@ -167,7 +199,7 @@ def one_line_enterprise(text: str, path: str) -> tuple[list[dict], str]:
     return found, "\n".join(lines)
 
 
-def scan(apt_root: str, own_file: str) -> tuple[list[dict], dict[str, str]]:
+def scan(apt_root: str, skip: set[str]) -> tuple[list[dict], dict[str, str]]:
     """Every enabled enterprise entry, and each file's text with its entries disabled."""
     names = [os.path.join(apt_root, "sources.list")]
     folder = os.path.join(apt_root, "sources.list.d")
@@ -177,7 +209,7 @@ def scan(apt_root: str, own_file: str) -> tuple[list[dict], dict[str, str]]:
         )
     entries, rewritten = [], {}
     for path in names:
-        if path == own_file or not os.path.isfile(path):
+        if path in skip or not os.path.isfile(path):
             continue
         with open(path, encoding="utf-8") as handle:
             text = handle.read()
@@ -189,26 +221,73 @@ def scan(apt_root: str, own_file: str) -> tuple[list[dict], dict[str, str]]:
     return entries, rewritten
 
 
-def no_subscription_text(entries: list[dict], base: str) -> str:
+def _where(uri: str) -> str:
+    """A URI without its scheme and trailing slash: http and https of one archive are one."""
+    return re.sub(r"^[a-z][a-z0-9+.-]*://", "", uri.strip().lower()).rstrip("/")
+
+
+def enabled_components(apt_root: str, skip: set[str]) -> dict[tuple[str, str, str], str]:
+    """(where, suite, component) of every enabled deb entry outside skip, with its file."""
+    found = {}
+    for entry in read_entries(apt_root):
+        if entry["file"] in skip:
+            continue
+        for uri in entry["uris"]:
+            for suite in entry["suites"]:
+                for component in entry["components"]:
+                    found.setdefault((_where(uri), suite, component), entry["file"])
+    return found
+
+
+def no_subscription_stanzas(entries: list[dict], base: str) -> list[dict]:
+    """The no-subscription entry for each enterprise one (duplicates once)."""
     stanzas, seen = [], set()
     for entry in entries:
-        uris = [base.rstrip("/") + u.strip()[len(ENTERPRISE) :] for u in entry["uris"]]
+        uris = [
+            base.rstrip("/") + u.strip()[len(ENTERPRISE) :] if is_enterprise(u) else u
+            for u in entry["uris"]
+        ]
         components = [COMPONENTS.get(c, c) for c in entry["components"]]
         key = (tuple(uris), tuple(entry["suites"]), tuple(components))
         if key in seen:
             continue
         seen.add(key)
-        lines = [
-            f"# In place of {entry['file']} (no subscription)",
-            "Types: deb",
-            f"URIs: {' '.join(uris)}",
-            f"Suites: {' '.join(entry['suites'])}",
-            f"Components: {' '.join(components)}",
+        stanzas.append({**entry, "uris": uris, "components": components})
+    return stanzas
+
+
+def stanza_text(stanza: dict) -> str:
+    kind = "Ceph" if any("/ceph-" in u for u in stanza["uris"]) else "Proxmox VE"
+    lines = [
+        f"# {kind} no-subscription repository, in place of {stanza['file']} (no subscription; "
+        "glm5_pve_repositories)",
+        "Types: deb",
+        f"URIs: {' '.join(stanza['uris'])}",
+        f"Suites: {' '.join(stanza['suites'])}",
+        f"Components: {' '.join(stanza['components'])}",
+    ]
+    if stanza["signed_by"]:
+        lines.append(f"Signed-By: {stanza['signed_by']}")
+    return "\n".join(lines) + "\n"
+
+
+def plan_additions(stanzas: list[dict], have: dict, files: dict) -> tuple[dict, list[str]]:
+    """({file: [stanza text to append]}, ['file: uri suite component' already enabled])."""
+    additions: dict[str, list[str]] = {}
+    already = []
+    for stanza in stanzas:
+        wanted = [
+            (_where(u), suite, c)
+            for u in stanza["uris"]
+            for suite in stanza["suites"]
+            for c in stanza["components"]
         ]
-        if entry["signed_by"]:
-            lines.append(f"Signed-By: {entry['signed_by']}")
-        stanzas.append("\n".join(lines) + "\n")
-    return f"{OWN_HEADER}Proxmox's no-subscription repositories\n" + "\n".join(stanzas)
+        if wanted and all(w in have for w in wanted):
+            already += [f"{have[w]}: {' '.join(w)}" for w in wanted]
+            continue
+        ceph = any("/ceph-" in u for u in stanza["uris"])
+        additions.setdefault(files["ceph" if ceph else "pve"], []).append(stanza_text(stanza))
+    return additions, already
 
 
 def subscription_status(module: AnsibleModule) -> str:
@@ -255,9 +334,12 @@ def main() -> None:
                 "type": "str",
                 "default": "http://download.proxmox.com/debian",
             },
-            "sources_file": {
-                "type": "path",
-                "default": "/etc/apt/sources.list.d/glm5-proxmox-no-subscription.sources",
+            "sources_file": {"type": "path", "default": f"{SOURCES_D}/proxmox.sources"},
+            "ceph_sources_file": {"type": "path", "default": f"{SOURCES_D}/ceph.sources"},
+            "legacy_files": {
+                "type": "list",
+                "elements": "path",
+                "default": [f"{SOURCES_D}/glm5-proxmox-no-subscription.sources"],
             },
             "subscription_status": {"type": "str", "default": ""},
             "flag_name": {"type": "str", "default": "glm5_host_pve_repos_no_subscription"},
@@ -266,42 +348,63 @@ def main() -> None:
         supports_check_mode=True,
     )
     p = module.params
-    entries, rewritten = scan(p["apt_root"], p["sources_file"])
+    legacy = [f for f in p["legacy_files"] if os.path.isfile(f)]
+    entries, rewritten = scan(p["apt_root"], set(p["legacy_files"]))
     shown = [
         f"{e['file']}: {' '.join(e['uris'])} {' '.join(e['suites'])} {' '.join(e['components'])}"
         for e in entries
     ]
-    result = {"changed": False, "enterprise": shown, "disabled": [], "diff": []}
-    if not entries:
-        result["subscription"] = "not asked"
-        module.exit_json(**result)
-    status = subscription_status(module)
-    result["subscription"] = status
-    if status == "active":
-        module.exit_json(**result)
-    if not p["no_subscription"]:
-        module.fail_json(msg=refusal(entries, status, p["flag_name"]), **result)
-    # The existing no-subscription file keeps entries an earlier run wrote for entries that are
-    # disabled now; the new ones are added to it.
+    result = {"changed": False, "enterprise": shown, "disabled": [], "written": [],
+              "already": [], "removed": [], "diff": []}  # fmt: skip
+    result["subscription"] = subscription_status(module) if entries else "not asked"
+    if result["subscription"] == "active":
+        entries, rewritten = [], {}
+    elif entries and not p["no_subscription"]:
+        module.fail_json(msg=refusal(entries, result["subscription"], p["flag_name"]), **result)
+    # An earlier version's file: its entries (for enterprise entries disabled then) move too.
     previous = []
-    if os.path.exists(p["sources_file"]):
-        with open(p["sources_file"], encoding="utf-8") as handle:
-            previous = deb822_plain(handle.read(), p["sources_file"], p["no_subscription_base"])
-    new_text = no_subscription_text(previous + entries, p["no_subscription_base"])
-    for path, text in sorted(rewritten.items()):
+    for path in legacy:
         with open(path, encoding="utf-8") as handle:
-            before = handle.read()
+            previous += deb822_plain(handle.read(), path, p["no_subscription_base"])
+    if not entries and not legacy:
+        module.exit_json(**result)
+    stanzas = no_subscription_stanzas(previous + entries, p["no_subscription_base"])
+    have = enabled_components(p["apt_root"], set(p["legacy_files"]))
+    files = {"pve": p["sources_file"], "ceph": p["ceph_sources_file"]}
+    additions, result["already"] = plan_additions(stanzas, have, files)
+    texts = dict(rewritten)
+    for path, added in additions.items():
+        if path not in texts:
+            texts[path] = ""
+            if os.path.isfile(path):
+                with open(path, encoding="utf-8") as handle:
+                    texts[path] = handle.read()
+        body = texts[path].rstrip("\n")
+        texts[path] = (body + "\n\n" if body else "") + "\n".join(added)
+    for path, text in sorted(texts.items()):
+        before = ""
+        if os.path.isfile(path):
+            with open(path, encoding="utf-8") as handle:
+                before = handle.read()
         result["diff"].append(
             {"before_header": path, "after_header": path, "before": before, "after": text}
         )
-        result["disabled"].append(path)
+        if path in rewritten:
+            result["disabled"].append(path)
+        if path in additions:
+            result["written"].append(path)
         if not module.check_mode:
             write(path, text)
-    result["diff"].append(
-        {"before_header": p["sources_file"], "after_header": p["sources_file"], "after": new_text}
-    )
-    if not module.check_mode:
-        write(p["sources_file"], new_text)
+    # Removed only once the entries it held are written where they belong.
+    for path in legacy:
+        with open(path, encoding="utf-8") as handle:
+            result["diff"].append(
+                {"before_header": path, "after_header": f"{path} (removed)",
+                 "before": handle.read(), "after": ""}
+            )  # fmt: skip
+        result["removed"].append(path)
+        if not module.check_mode:
+            os.unlink(path)
     result["changed"] = True
     module.exit_json(**result)
 
