@@ -4,8 +4,9 @@
 # instead of a task per file through the container connection).
 # Usage: prepare_target.sh <rootfs> <repo dir> <pve-container version> <kernel cmdline> <zfs-grub|systemd-boot>
 #   <subscription status> <enterprise|none: a fresh Proxmox VE 9's enterprise .sources files>
+#   [a newer kernel installed beside the running one, which DKMS has not built the module for]
 set -eu
-root=$1 repo=$2 pve_container=$3 cmdline=$4 boot=$5 subscription=$6 enterprise=$7
+root=$1 repo=$2 pve_container=$3 cmdline=$4 boot=$5 subscription=$6 enterprise=$7 newer_kernel=${8:-}
 here=$(cd "$(dirname "$0")" && pwd)
 
 # The signed stand-in NVIDIA repository.
@@ -22,6 +23,7 @@ install -m 0755 "$here/stand-ins/pveversion.sh" "$root/usr/local/sbin/pveversion
 install -m 0755 "$here/stand-ins/boot-tool.sh" "$root/usr/local/sbin/update-grub"
 install -m 0755 "$here/stand-ins/boot-tool.sh" "$root/usr/local/sbin/proxmox-boot-tool"
 install -m 0755 "$here/stand-ins/pvesubscription.sh" "$root/usr/local/sbin/pvesubscription"
+install -m 0755 "$here/stand-ins/dkms.sh" "$root/usr/local/sbin/dkms"
 # Proxmox's archive key where Proxmox installs it (the stand-in key, dearmored).
 install -m 0644 "$repo/proxmox-archive-keyring.gpg" "$root/usr/share/keyrings/proxmox-archive-keyring.gpg"
 if [ "$enterprise" = enterprise ]; then
@@ -50,6 +52,10 @@ for bus in 01 21 41 61 81 a1 c1 e1; do
   minor=$(( (minor + 5) % 8 ))
 done
 echo "$cmdline" > "$stand_in/cmdline"
+# The kernels proxmox-boot-tool kernel list shows (the stand-in's default: the running one).
+if [ -n "$newer_kernel" ]; then
+  printf '%s\n%s\n' "$(uname -r)" "$newer_kernel" > "$stand_in/kernels"
+fi
 # This machine's majors plus NVIDIA's, as a host with the driver lists them
 # (the stand-in nvidia-smi and nvidia-modprobe make nodes with these majors).
 sed 's/^Character devices:$/Character devices:\n195 nvidia\n195 nvidiactl\n240 nvidia-uvm\n241 nvidia-caps/' \
