@@ -18,7 +18,8 @@ description:
   - A pin it recorded is removed (C(proxmox-boot-tool kernel unpin)) once the newest kernel has the
     module; a pin it did not record is the user's, kept, and refused when its kernel lacks the
     module.
-  - Without proxmox-boot-tool or dkms, or with no kernel listed, it changes nothing and says why.
+  - Without proxmox-boot-tool or dkms, when either fails to read, or with no kernel listed, it
+    changes nothing and says why.
 options:
   version:
     description: The module version that must be built (the kernel module package's, no revision).
@@ -172,10 +173,14 @@ def user_pin_refusal(pin: str, what: str) -> str:
     )
 
 
-def run(module: AnsibleModule, argv: list[str]) -> str:
+def run(module: AnsibleModule, argv: list[str], result: dict, read_only: bool = False) -> str:
+    """The command's output; a read that fails leaves the boot kernel alone, saying why."""
     done = subprocess.run(argv, capture_output=True, text=True, check=False)
     if done.returncode != 0:
-        module.fail_json(msg=f"{' '.join(argv)} failed ({done.returncode}): {done.stderr.strip()}")
+        why = f"{' '.join(argv)} failed ({done.returncode}): {done.stderr.strip()}"
+        if read_only:
+            module.exit_json(message=f"{why}: boot kernel not checked", **result)
+        module.fail_json(msg=why, **result)
     return done.stdout
 
 
@@ -196,12 +201,13 @@ def main() -> None:
         module.exit_json(
             message="no proxmox-boot-tool or dkms here: boot kernel not checked", **result
         )
-    kernels, pin = kernel_list(run(module, [tool, "kernel", "list"]))
+    kernels, pin = kernel_list(run(module, [tool, "kernel", "list"], result, read_only=True))
     if not kernels:
         module.exit_json(
             message="proxmox-boot-tool lists no kernel: boot kernel not checked", **result
         )
-    built = built_kernels(run(module, [dkms, "status"]), p["module"], p["version"])
+    status = run(module, [dkms, "status"], result, read_only=True)
+    built = built_kernels(status, p["module"], p["version"])
     result["built"] = sorted(k for k in kernels if k in built)
     ours = ""
     if os.path.isfile(p["state_file"]):
@@ -215,12 +221,12 @@ def main() -> None:
     if module.check_mode or action == "none":
         module.exit_json(**result)
     if action == "pin":
-        run(module, [tool, "kernel", "pin", kernel])
+        run(module, [tool, "kernel", "pin", kernel], result)
         os.makedirs(os.path.dirname(p["state_file"]), exist_ok=True)
         with open(p["state_file"], "w", encoding="utf-8") as handle:
             handle.write(kernel + "\n")
     else:
-        run(module, [tool, "kernel", "unpin"])
+        run(module, [tool, "kernel", "unpin"], result)
         os.unlink(p["state_file"])
     module.exit_json(**result)
 

@@ -132,8 +132,9 @@ def pending_refusal(path: str, conflicts: list[str]) -> str:
     return (
         f"{path}: container {vmid} has pending changes ([pve:pending]) to "
         f"{', '.join(conflicts)}, which this role manages: Proxmox applies them at the "
-        "container's next start, over the lines this run would write (every lxc.* line is "
-        "replaced by the pending ones). Nothing was changed. Apply them first "
+        "container's next start, over the lines this run would write"
+        f"{' (every lxc.* line is replaced by the pending ones)' if lxc else ''}. "
+        "Nothing was changed. Apply them first "
         f"(pct reboot {vmid}, which starts the container with them) or drop them "
         f"({' or '.join(drop)}), then run again; pct config {vmid} --current shows the "
         f"current values, pct pending {vmid} the pending ones."

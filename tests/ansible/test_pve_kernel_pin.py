@@ -118,3 +118,12 @@ def test_pinned_then_unpinned_through_the_tools(tmp_path, monkeypatch):
     assert done["action"] == "unpin" and not (tmp_path / "pin").exists(), done
     assert not (tmp_path / "state" / "kernel-pin").exists()
     assert (tmp_path / "calls").read_text() == "kernel pin 6.14.8-2-pve\nkernel unpin\n"
+
+
+def test_a_kernel_list_that_fails_leaves_the_boot_alone_and_says_why(tmp_path, monkeypatch):
+    bin_dir = tools(tmp_path, LIST, STATUS)
+    (bin_dir / "proxmox-boot-tool").write_text("#!/bin/sh\necho 'E: no ESP' >&2\nexit 2\n")
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    done = run_module("library/glm5_pve_kernel_pin.py", {"version": "590.48.01"}, tmp_path)
+    assert not done.get("failed") and not done["changed"], done
+    assert "kernel list failed (2): E: no ESP: boot kernel not checked" in done["message"]

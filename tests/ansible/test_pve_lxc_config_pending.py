@@ -45,7 +45,7 @@ def test_a_pending_change_to_a_gpu_line_is_refused_with_both_fixes(tmp_path, che
     assert after == text
     assert "pending changes ([pve:pending]) to dev1" in done["msg"]
     assert "pct reboot 200" in done["msg"] and "pct set 200 --revert dev1" in done["msg"]
-    assert "pct config 200 --current" in done["msg"]
+    assert "pct config 200 --current" in done["msg"] and "every lxc.* line" not in done["msg"]
     assert done["pending"] == ["dev1"]
 
 
@@ -75,6 +75,7 @@ def test_a_pending_lxc_line_is_refused_while_the_role_owns_lxc_lines(tmp_path):
     done, after = apply(tmp_path, text, RESOURCES)
     assert done.get("failed") and "lxc.apparmor.profile" in done["msg"], done
     assert "take the lxc.* lines out of the [pve:pending] section" in done["msg"]
+    assert "every lxc.* line is replaced by the pending ones" in done["msg"]
     assert "--revert" not in done["msg"] and after == text
 
 
