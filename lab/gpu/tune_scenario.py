@@ -177,8 +177,10 @@ def run(
 ) -> None:
     """One `glm5svc tune run` from `start` over `space`; `tag` names its work and recorded
     folders (several runs in one call), `budget_s` caps its budget."""
+    # A lone tune records at the top (lab/gpu/record.py reads it there); the grid's starts
+    # each in their own folder.
+    recorded = out / "recorded" / tag if tag else out / "recorded"
     tag = tag or f"tune-{start}"
-    recorded = out / "recorded" / tag
     recorded.mkdir(parents=True, exist_ok=True)
     work = LAB / "work" / tag
     shutil.rmtree(work, ignore_errors=True)
