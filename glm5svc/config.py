@@ -819,6 +819,14 @@ def _short(value: Any) -> bool:
     return not isinstance(value, dict | list | set | tuple) and len(_shown(value)) < 80
 
 
+def section_keys(section: str) -> tuple[type[BaseModel], list[str]]:
+    """A section's model and its keys, in the schema's order (`tuning` -> TuningSection)."""
+    model = Config.model_fields[section].annotation
+    if not (isinstance(model, type) and issubclass(model, BaseModel)):
+        raise KeyError(section)
+    return model, list(model.model_fields)
+
+
 def _did_you_mean(loc: list[str]) -> str:
     model: type[BaseModel] = Config
     for part in loc[:-1]:

@@ -106,9 +106,11 @@ def _request(args):
     from glm5svc.config import load_config
     from glm5svc.tune.search import Workload
     from glm5svc.tune.session import TuneRequest
+    from glm5svc.tune.space import DEFAULT_SPACE
 
     config = load_config(args.config)
-    check_config(config, args.config)  # refused as validate refuses it, before any trial
+    # Refused as validate refuses it (the space as `validate --space` does), before any trial.
+    check_config(config, args.config, space=Path(args.space) if args.space else DEFAULT_SPACE)
     problems = []
     if args.resume and args.run_dir:
         problems.append("--resume and --run-dir: give one (a resumed tune keeps its directory)")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 from glm5svc.bench import Judgement, plan_from_config
 from glm5svc.cli_options import config_path
@@ -26,6 +27,7 @@ from glm5svc.config import (
 from glm5svc.errors import ConfigError
 from glm5svc.json_output import emit
 from glm5svc.launch_plan import check_model_path, plan_for_service
+from glm5svc.tune.space import read_space_file
 
 
 def register(subparsers):
@@ -35,6 +37,12 @@ def register(subparsers):
     parser.add_argument(
         "path", nargs="?", type=config_path, help="file to check (default: the --config file)"
     )
+    parser.add_argument(
+        "--space",
+        metavar="FILE",
+        help="also check a search space for `glm5svc tune run --space FILE` against this "
+        "configuration's keys",
+    )
     parser.add_argument("--json", action="store_true", help="the verdict as JSON")
     parser.set_defaults(func=run)
     return parser
@@ -43,7 +51,7 @@ def register(subparsers):
 def run(args) -> int:
     path = args.path or args.config
     config = load_config(path)
-    warnings = check_config(config, path)
+    warnings = check_config(config, path, space=Path(args.space) if args.space else None)
     if args.json:
         emit(args.json_schema, {"path": str(resolve_config_path(path)), "warnings": warnings})
         return 0
@@ -53,9 +61,12 @@ def run(args) -> int:
     return 0
 
 
-def check_config(config: Config, path: str | os.PathLike | None = None) -> list[str]:
+def check_config(
+    config: Config, path: str | os.PathLike | None = None, space: Path | None = None
+) -> list[str]:
     """The commands' rules past loading, every stage run; the warnings `command` prints.
-    One failing stage raises its own ConfigError, several one listing each."""
+    `space`: a tune search space, checked too (tune run's). One failing stage raises its
+    own ConfigError, several one listing each."""
     failures: list[ConfigError] = []
 
     def stage(rule: Callable[[], object]) -> object:
@@ -80,6 +91,8 @@ def check_config(config: Config, path: str | os.PathLike | None = None) -> list[
                 config, ladder=list(post_start.ladder), num_prompts=post_start.num_prompts_per_level
             )
         )
+    if space is not None:
+        stage(lambda: read_space_file(space))  # tune run: every knob a key the schema has
     if len(failures) == 1:
         raise failures[0]
     if failures:

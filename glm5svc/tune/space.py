@@ -9,14 +9,15 @@ other, so the plan's rules hold for every trial.
 from __future__ import annotations
 
 import copy
+import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
-from glm5svc.config import Config, config_from_mapping, describe_error
-from glm5svc.config_yaml import parse_yaml, read_config_bytes
+from glm5svc.config import Config, config_from_mapping, describe_error, section_keys
+from glm5svc.config_yaml import YamlDocument, parse_yaml, read_config_bytes
 from glm5svc.errors import ConfigError
 from glm5svc.sglang_flags import version_problem
 from glm5svc.tune.live_knobs import LIVE_SERVER_ARGS, is_live_capable
@@ -162,10 +163,17 @@ def read_space_file(path: Path | None) -> _SpaceFile:
         raise ConfigError(f"{source}: cannot read: {exc.strerror or exc}") from None
     document = parse_yaml(text, source)  # strict: UTF-8, each key once, no alias cycles
     try:
-        return _SpaceFile.model_validate(document.data)
+        spec = _SpaceFile.model_validate(document.data)
     except ValidationError as exc:
         problems = [describe_error(err, document) for err in exc.errors(include_url=False)]
         raise ConfigError(f"--space {path}: not a search space", problems=problems) from None
+    if problems := knob_key_problems(spec, document):
+        raise ConfigError(
+            f"--space {path}: knobs the configuration cannot take (each candidate would be "
+            "refused); fix the key or the value in the space file",
+            problems=problems,
+        )
+    return spec
 
 
 def load_space(path: Path | None, config: Config, moe: bool, sglang_version: str | None) -> Space:
@@ -283,3 +291,43 @@ def _same(a: Value, b: Value) -> bool:
 
 def trial_config(mapping: dict[str, Any], source: str) -> Config:
     return config_from_mapping(mapping, source)
+
+
+def knob_key_problems(spec: _SpaceFile, document: YamlDocument) -> list[str]:
+    """Each `key` knob checked against the configuration's schema: a key it has, and values
+    that key takes (what the trial's configuration would otherwise refuse, trial by trial)."""
+    problems = []
+    for index, knob in enumerate(spec.knobs):
+        if knob.key is None:
+            continue
+        section, name = knob.key.split(".", 1)
+        model, keys = section_keys(section)
+        at = f"knobs.{index}.key"
+        line = document.line_of(("knobs", index, "key"))
+        where = f"line {line}: {at}" if line else at
+        if name not in keys:
+            close = difflib.get_close_matches(name, keys, n=1)
+            hint = f"; did you mean {section}.{close[0]}?" if close else ""
+            problems.append(
+                f"{where}: {knob.key} is not a configuration key{hint} (the {section} keys: "
+                f"{', '.join(keys)})"
+            )
+            continue
+        lists = [("values", knob.values or [])] + [
+            (f"by_target.{target}", values) for target, values in (knob.by_target or {}).items()
+        ]
+        for label, values in lists:
+            for position, value in enumerate(values):
+                try:
+                    model.model_validate({name: value})
+                except ValidationError as exc:
+                    for err in exc.errors(include_url=False):
+                        if tuple(err["loc"]) != (name,):
+                            continue
+                        loc = ("knobs", index, *label.split("."), position)
+                        line = document.line_of(loc)
+                        said = describe_error(err)  # "<name>: <what the key takes>"
+                        at = ".".join(map(str, loc))
+                        prefix = f"line {line}: {at}" if line else at
+                        problems.append(f"{prefix}: {section}.{said}")
+    return problems

@@ -2,7 +2,8 @@
 lines, tune's files and file systems (FIFOs, folders, symlinks, a full and a read-only
 disk). Each case is run as a user would run it, with --json: no traceback, its exit code,
 one JSON object on stdout whose error names the file, key, cause and fix the case lists,
-and for a configuration `validate` refuses it with the same words. Then every subcommand
+and for a configuration (or a search space: `validate` then names `--space FILE`) `validate`
+refuses it with the same words. Then every subcommand
 runs over every case's files and none may end in a traceback."""
 
 from __future__ import annotations
@@ -108,7 +109,7 @@ def glm5svc(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
 def test_the_corpus_has_forty_cases_or_more_of_every_kind():
     cases = [load(path) for path in CASES]
     assert len(cases) >= 40
-    assert sum(c["validate"] for c in cases) >= 20  # configurations
+    assert sum(bool(c["validate"]) for c in cases) >= 20  # configurations, search spaces
     assert sum(c["exit"] == 2 for c in cases) >= 5  # command lines
     assert sum("tune" in c["argv"] for c in cases) >= 8  # tune's files
     setups = {op.split(":")[0] for c in cases for op in c["setup"]}
@@ -131,7 +132,9 @@ def test_each_broken_input_gets_a_clean_answer(path, case_dir):
     missing = [part for part in case["said"] if filled(part, folder) not in said]
     assert not missing, (missing, said)
     if case["validate"]:
-        checked = glm5svc(["validate", str(folder / "glm5.yaml")], folder)
+        # true, or validate's own arguments beside the file (`--space FILE`)
+        extra = [] if case["validate"] is True else [filled(a, folder) for a in case["validate"]]
+        checked = glm5svc(["validate", str(folder / "glm5.yaml"), *extra], folder)
         assert checked.returncode == 78 and "Traceback" not in checked.stderr
         first = said.splitlines()[0]
         assert first in checked.stderr, (first, checked.stderr)
