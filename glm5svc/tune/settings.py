@@ -41,7 +41,7 @@ class SearchSettings(_Settings):
         "and the running one is cut at the deadline",
     )
     max_trials: Annotated[Count | None, Option("--max-trials", SEARCH)] = Field(
-        None, description="at most this many trials (engine starts)"
+        None, description="at most this many trials: engine starts, and candidates refused"
     )
     trial_timeout_s: Annotated[Seconds, Option("--trial-timeout", SEARCH, duration=True)] = Field(
         3600.0, description="time one trial may take"
