@@ -47,6 +47,11 @@ NCCL_P2P_LEGACY = {0: "LOC", 1: "PIX", 2: "PXB", 3: "PHB", 4: "SYS", 5: "SYS"}
 # overflows threading and socket timeouts (OverflowError) inside `serve`.
 MAX_SECONDS = 30 * 24 * 3600.0
 MAX_COUNT = 2**31 - 1
+# The steady measurement reads the engine's counters this often (glm5svc/bench/
+# engine_sampler.py); a window is the counters' advance between two reads, so none is
+# shorter. The longest is a day: a run sized to it must still end within its time limit.
+ENGINE_READ_INTERVAL_S = 0.5
+MAX_WINDOW_S = 86400.0
 # Strict: an integer key takes an integer only (`port: true` is not --port 1, `port: 1e3`
 # not 1000); a number key takes an integer or a decimal, never true/false.
 Int = Annotated[int, Strict()]
@@ -387,16 +392,17 @@ class BenchmarkSection(Section):
     """Measure each level in steady windows (glm5svc/bench/measure.py): fresh prompts per run,
     the radix cache flushed, a warm-up until two windows agree, the figure from the engine's
     own counters while it holds the concurrency. Off: one bench_serving run per level."""
-    window_s: Annotated[Number, Field(gt=0, le=86400)] = 30.0
+    window_s: Annotated[Number, Field(ge=ENGINE_READ_INTERVAL_S, le=MAX_WINDOW_S)] = 30.0
     """The shortest steady window (seconds in which the engine holds the concurrency, ramps
     left out) a run must give; runs are sized to it. About 30 s on a small model, minutes on
-    the target."""
+    the target; at least 0.5 (the engine's counters are read every 0.5 s)."""
     windows: Annotated[Int, Field(ge=1, le=100)] = 1
     """Measured windows per level after the warm-up; the level's figure is their mean."""
     warmup_tolerance_pct: Annotated[Number, Field(gt=0, le=50)] = 3.0
     """Warm-up runs go on until two consecutive windows agree within this many percent."""
-    warmup_max_s: Annotated[Number, Field(ge=0, le=86400)] = 600.0
-    """The longest warm-up per level, in seconds (then measuring starts, and says so)."""
+    warmup_max_s: Annotated[Number, Field(ge=0, le=2 * MAX_WINDOW_S)] = 600.0
+    """The longest warm-up per level, in seconds (then measuring starts, and says so): 0 for
+    none, else at least two windows (2 x window_s), the fewest that can agree."""
     prefix_sharing: Annotated[Number, Field(ge=0, le=1)] = 0.0
     """The share of prompt tokens the workload expects from the radix cache (0: none). At 0 the
     cache is flushed before every run, and a run with more than 1 % cached is flagged and not
@@ -537,6 +543,19 @@ class Config(Section):
             raise ValueError(
                 f"service.listen_port and server.port are both {self.server.port}; "
                 "the health listener needs its own port"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _warmup_holds_two_windows(self) -> Config:
+        bench = self.benchmark
+        if 0 < bench.warmup_max_s < 2 * bench.window_s:
+            default = "" if "warmup_max_s" in bench.model_fields_set else " (the default)"
+            raise ValueError(
+                f"benchmark.warmup_max_s: {bench.warmup_max_s:g} s{default} holds fewer than two "
+                f"windows of benchmark.window_s ({bench.window_s:g} s), so the warm-up could "
+                "never see two windows agree; set benchmark.warmup_max_s to 0 (no warm-up) or "
+                f"at least {2 * bench.window_s:g}, or shorten benchmark.window_s"
             )
         return self
 

@@ -23,7 +23,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from glm5svc.bench.engine_sampler import EngineSampler, FlushRefused, flush_radix_cache
+from glm5svc.bench.engine_sampler import (
+    EngineSampler,
+    SteadyRefused,
+    flush_radix_cache,
+    server_info_problem,
+)
 from glm5svc.bench.plan import BenchPlan
 from glm5svc.bench.results import LevelResult
 from glm5svc.bench.runner import (
@@ -42,6 +47,7 @@ from glm5svc.bench.steady import (
     completion_rate,
     prompts_for_window,
     steady_window,
+    window_for_prompts,
     windows_agree,
 )
 from glm5svc.http_fetch import bearer
@@ -141,8 +147,17 @@ class Measurer:
         self.on_progress = on_progress
         self.prompts = plan.prompts_for(concurrency)
         self.headers = bearer(plan.api_key)
+        self.too_long: str | None = None  # why no run can give a window of window_s
+        self.engine_checked = False  # its /get_server_info, once
 
     def run(self, name: str, seed: int) -> WindowRun:
+        """One run and its window; SteadyRefused when the engine's answers rule the
+        measurement out (no /flush_cache, no token counters, a server info bench_serving
+        cannot read)."""
+        if not self.engine_checked:
+            if problem := server_info_problem(self.plan.base_url, self.headers):
+                raise SteadyRefused(problem)
+            self.engine_checked = True
         flushed = False
         if self.plan.prefix_sharing <= 0:
             flush_radix_cache(self.plan.base_url, self.headers)
@@ -164,6 +179,8 @@ class Measurer:
             run.flag = level.error or "the run did not complete"
             return run
         if len(samples) < 3:
+            if engine.missing is not None:
+                raise engine.missing  # every run would read the same /metrics
             run.flag = "; ".join(engine.errors[-1:]) or "the engine's /metrics could not be read"
             return run
         run.run_tokens = TokenCounts.between(samples[0], samples[-1])
@@ -171,7 +188,7 @@ class Measurer:
         run.window = window
         self._resize(samples, window, level)
         if not window.ok:
-            run.flag = window.reason
+            run.flag = f"{window.reason}; {self.too_long}" if self.too_long else window.reason
         else:
             run.flag = cached_share_flag(window.tokens, self.plan.prefix_sharing)
         return run
@@ -183,6 +200,13 @@ class Measurer:
         if rate:
             wanted = prompts_for_window(rate, self.concurrency, self.plan.window_s)
             self.prompts = min(MAX_PROMPTS, max(self.prompts, wanted))
+            if wanted > MAX_PROMPTS:
+                longest = window_for_prompts(rate, self.concurrency, MAX_PROMPTS)
+                self.too_long = (
+                    f"a {self.plan.window_s:g} s window needs about {wanted:,} prompts at the "
+                    f"measured {rate:.3g} requests/s, over the {MAX_PROMPTS:,} one run sends: "
+                    f"set benchmark.window_s to at most {longest:g}"
+                )
 
     def measure(self, seed: int, windows: int | None = None) -> Measurement:
         """Warm up to the plateau, then `windows` measured windows (seeds seed, seed+1...)."""
@@ -199,7 +223,7 @@ class Measurer:
                 if run.level.error:
                     result.error = run.level.error
                     break
-        except FlushRefused as exc:
+        except SteadyRefused as exc:
             result.error = str(exc)
         return result
 

@@ -158,6 +158,16 @@ def prompts_for_window(
     return 2 * concurrency + math.ceil(completed_per_s * window_s * margin)
 
 
+def window_for_prompts(
+    completed_per_s: float, concurrency: int, prompts: int, margin: float = 1.2
+) -> float:
+    """The longest window (whole seconds, at least 0) that `prompts` can give at this rate:
+    prompts_for_window turned around."""
+    if not (completed_per_s > 0 and math.isfinite(completed_per_s)):
+        raise ValueError("the completion rate must be a positive number")
+    return max(0.0, math.floor((prompts - 2 * concurrency) / (completed_per_s * margin)))
+
+
 def completion_rate(samples: Sequence[EngineSample], window: SteadyWindow) -> float | None:
     """Requests finished per second inside the window (to size the next run)."""
     if window.start_s is None or window.duration_s <= 0 or not samples:

@@ -21,7 +21,14 @@ from pydantic import ValidationError
 from glm5svc.cli_options import Range, add_model_options, add_number, model_values
 from glm5svc.errors import ConfigError
 from glm5svc.json_output import emit
-from glm5svc.tune.settings import LIMITS, SEARCH, WORKLOAD, SearchSettings, WorkloadOptions
+from glm5svc.tune.settings import (
+    LIMITS,
+    SEARCH,
+    WORKLOAD,
+    SearchSettings,
+    WorkloadOptions,
+    window_problems,
+)
 
 EXIT_INTERRUPTED = 130
 EXIT_NOTHING_MEASURED = 1
@@ -119,6 +126,8 @@ def _request(args):
     except ValidationError as exc:
         settings = None
         problems += [error["msg"].removeprefix("Value error, ") for error in exc.errors()]
+    if settings is not None:
+        problems += window_problems(settings, config.benchmark)
     if problems:
         raise ConfigError("glm5svc tune run: invalid options", problems=problems)
     options = WorkloadOptions.model_validate(model_values(args, WorkloadOptions))

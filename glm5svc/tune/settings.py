@@ -10,7 +10,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from glm5svc.cli_options import Option
-from glm5svc.config import MAX_COUNT, MAX_SECONDS
+from glm5svc.config import ENGINE_READ_INTERVAL_S, MAX_COUNT, MAX_SECONDS, MAX_WINDOW_S
 from glm5svc.tune.stats import CONFIDENCE_LEVELS
 
 WORKLOAD, LIMITS, SEARCH = "workload", "limits", "search"
@@ -20,6 +20,7 @@ RESUME_OVERRIDES = ("budget_s", "max_trials", "trial_timeout_s")
 
 Count = Annotated[int, Field(gt=0, le=MAX_COUNT)]
 Seconds = Annotated[float, Field(gt=0, le=MAX_SECONDS)]
+WindowSeconds = Annotated[float, Field(ge=ENGINE_READ_INTERVAL_S, le=MAX_WINDOW_S)]
 Share = Annotated[float, Field(ge=0, lt=1)]
 Repeats = Annotated[int, Field(ge=2, le=MAX_REPEATS)]  # one run has no interval
 LatencyMs = Annotated[float, Field(gt=0, le=MAX_SECONDS * 1000)]
@@ -71,7 +72,7 @@ class SearchSettings(_Settings):
         description="a candidate wins only when the lower bound of its gain exceeds this "
         "(relative: 0.03 is 3 %)",
     )
-    window_s: Annotated[Seconds | None, Option("--window", SEARCH, duration=True)] = Field(
+    window_s: Annotated[WindowSeconds | None, Option("--window", SEARCH, duration=True)] = Field(
         None,
         description="length of one steady measurement window (default: the configuration's "
         "benchmark.window_s; minutes on the real target, where one run lasts minutes)",
@@ -136,3 +137,29 @@ class WorkloadOptions(_Settings):
             "num_prompts": self.num_prompts or max(benchmark.min_prompts, 4 * self.concurrency),
             "warmup_prompts": self.warmup_prompts or self.concurrency,
         }
+
+
+def window_problems(settings: SearchSettings, benchmark: Any) -> list[str]:
+    """The steady window the trials use (--window, else benchmark.window_s) against the
+    time one trial may take and, for --window, the configuration's warm-up bound (which
+    the configuration itself checks against benchmark.window_s)."""
+    window = settings.window_s or benchmark.window_s
+    named = f"--window {window:g} s" if settings.window_s else f"benchmark.window_s ({window:g} s)"
+    shorten = "shorten --window" if settings.window_s else "give a shorter --window"
+    problems = []
+    needed = settings.min_repeats * window
+    if needed > settings.trial_timeout_s:
+        problems.append(
+            f"--min-repeats {settings.min_repeats} windows of {named} ({needed:g} s) do not fit "
+            f"in --trial-timeout {settings.trial_timeout_s:g} s: no trial could measure them; "
+            f"raise --trial-timeout to at least {needed:g} s, or {shorten} or lower "
+            "--min-repeats"
+        )
+    warmup = benchmark.warmup_max_s
+    if settings.window_s and 0 < warmup < 2 * window:
+        problems.append(
+            f"{named}: benchmark.warmup_max_s ({warmup:g} s) holds fewer than two such windows, "
+            "so the warm-up could never see two agree; set benchmark.warmup_max_s to 0 (no "
+            f"warm-up) or at least {2 * window:g}, or shorten --window"
+        )
+    return problems

@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from glm5svc.bench.engine_sampler import FlushRefused
+from glm5svc.bench.engine_sampler import SteadyRefused
 from glm5svc.bench.measure import Measurement, Measurer
 from glm5svc.bench.plan import BenchPlan
 from glm5svc.bench.runner import run_level
@@ -163,7 +163,7 @@ def _measure(request: TrialRequest, serve: ChildGroup, outcome: TrialOutcome, t0
         warm = Measurement(concurrency)
         try:
             measurer.warm_up(warm, request.bench.seed)
-        except FlushRefused as exc:
+        except SteadyRefused as exc:
             outcome.status, outcome.failure = "failed", str(exc)
             return
         if warm.error:
@@ -302,7 +302,7 @@ def _window_run(
     gauges.start()
     try:
         run = measurer.run(name, request.bench.seed + index)
-    except FlushRefused as exc:
+    except SteadyRefused as exc:
         return str(exc)
     finally:
         samples = gauges.stop()

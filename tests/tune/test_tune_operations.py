@@ -84,8 +84,9 @@ def test_a_timeout_is_tried_again_and_nothing_measured_is_not_ok(
 ):
     config = write_tune_config(tmp_path, bench_python, tokenizer_dir, "load=8")
     run_dir = tmp_path / "tune"
+    # --window 0.5: three windows must fit in the 2 s a trial may take (30 s ones do not).
     done = glm5svc(config, "tune", "run", *WORKLOAD, "--max-trials", "1", "--trial-timeout",
-                   "2", "--run-dir", str(run_dir), "--json")  # fmt: skip
+                   "2", "--window", "0.5", "--run-dir", str(run_dir), "--json")  # fmt: skip
     assert done.returncode == 1, done.stderr[-3000:]
     answer = json.loads(done.stdout)
     assert answer["ok"] is False
