@@ -179,8 +179,8 @@ class Measurer:
             run.flag = level.error or "the run did not complete"
             return run
         if len(samples) < 3:
-            if engine.missing is not None:
-                raise engine.missing  # every run would read the same /metrics
+            if engine.missing is not None and not samples:
+                raise engine.missing  # no read had them: every run would read the same
             run.flag = "; ".join(engine.errors[-1:]) or "the engine's /metrics could not be read"
             return run
         run.run_tokens = TokenCounts.between(samples[0], samples[-1])
