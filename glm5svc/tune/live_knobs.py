@@ -19,6 +19,7 @@ from glm5svc.http_fetch import FetchError, fetch_json
 # knob -> the server arg /set_internal_state changes for it
 LIVE_SERVER_ARGS = {"tuning.max_running_requests": "pp_max_micro_batch_size"}
 SET_TIMEOUT_S = 30.0
+SHOWN = 120  # characters of an answer quoted in a message
 
 
 class LiveSetError(Exception):
@@ -46,12 +47,14 @@ def set_live(base_url: str, headers: dict[str, str], knob: str, value: int) -> i
                 f"serves; use sglang 0.5.11 or newer, or mark {knob} `restart: true` in the "
                 "space file (each value then costs an engine start)"
             ) from None
-        raise LiveSetError(f"setting {knob} to {value} live failed: {exc}") from None
+        body = exc.body.decode("utf-8", "replace").strip()[:SHOWN]
+        answered = f" ({body!r}; the engine's log says why)" if body else ""
+        raise LiveSetError(f"setting {knob} to {value} live failed: {exc}{answered}") from None
     read = read_back(info, arg)
     if read is None:
         raise LiveSetError(
-            f"{root}/server_info has no internal_states[].{arg}, so the live {knob} cannot be "
-            f"checked; use sglang 0.5.11 or newer, or mark {knob} `restart: true`"
+            f"{root}/server_info {_unread(info, arg)}, so the live {knob} cannot be checked; "
+            f"use sglang 0.5.11 or newer, or mark {knob} `restart: true`"
         )
     if read != value:
         raise LiveSetError(
@@ -72,3 +75,19 @@ def read_back(info: object, arg: str) -> int | None:
         return None
     (value,) = values
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _unread(info: object, arg: str) -> str:
+    """What /server_info held instead of one whole number for `arg` (read_back's None)."""
+    if not isinstance(info, dict):
+        return f"answered JSON that is {type(info).__name__}, not an object"
+    states = info.get("internal_states")
+    if not isinstance(states, list) or not states:
+        return "has no internal_states list"
+    values = [s.get(arg) if isinstance(s, dict) else None for s in states]
+    if all(v is None for v in values):
+        return f"has no internal_states[].{arg}"
+    if len({repr(v) for v in values}) > 1:
+        shown = ", ".join(repr(v) for v in values[:8])
+        return f"reports {arg} {shown} across its {len(values)} ranks (they disagree)"
+    return f"reports {arg} {values[0]!r}, not a whole number"
