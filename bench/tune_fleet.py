@@ -31,6 +31,7 @@ sys.path.insert(0, str(REPO))
 from bench.gateway import Gateway, Replica, bench, wait  # noqa: E402
 from glm5svc.bench.plan import BenchPlan  # noqa: E402
 from testkit.bench_venv import build_bench_serving_venv, make_tokenizer  # noqa: E402
+from testkit.engine import SHORT_STEADY  # noqa: E402
 
 # The stand-in systemctl for replica A (state: its serve's pid file, argv, log, status URL).
 SYSTEMCTL = r"""#!/usr/bin/env python3
@@ -87,7 +88,9 @@ class UnitReplica(Replica):
         super().__init__(work, name)
         config = yaml.safe_load(self.config.read_text())
         config["model"]["tokenizer_path"] = str(tokenizer)
-        config["benchmark"] = {"python": bench_python, "post_start": {"enabled": False}}
+        config["benchmark"] = {
+            "python": bench_python, "post_start": {"enabled": False}, **SHORT_STEADY
+        }  # fmt: skip
         config["service"]["drain_timeout_s"] = 30
         self.config.write_text(yaml.safe_dump(config))
         bin_dir = work / "systemctl-bin"

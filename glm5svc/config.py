@@ -47,9 +47,10 @@ NCCL_P2P_LEGACY = {0: "LOC", 1: "PIX", 2: "PXB", 3: "PHB", 4: "SYS", 5: "SYS"}
 # overflows threading and socket timeouts (OverflowError) inside `serve`.
 MAX_SECONDS = 30 * 24 * 3600.0
 MAX_COUNT = 2**31 - 1
-# The steady measurement reads the engine's counters this often (glm5svc/bench/
-# engine_sampler.py); a window is the counters' advance between two reads, so none is
-# shorter. The longest is a day: a run sized to it must still end within its time limit.
+# The steady measurement reads the engine's counters at most this far apart (glm5svc/bench/
+# engine_sampler.py; five reads a window when that is more often); a window is the counters'
+# advance between reads, so none is shorter. The longest is a day: a run sized to it must
+# still end within its time limit.
 ENGINE_READ_INTERVAL_S = 0.5
 MAX_WINDOW_S = 86400.0
 # Strict: an integer key takes an integer only (`port: true` is not --port 1, `port: 1e3`
@@ -361,7 +362,8 @@ class PostStartBenchmark(Section):
     ladder: list[PositiveInt] = Field(default_factory=lambda: [64])
     """Concurrency levels."""
     num_prompts_per_level: PositiveInt = 128
-    """Prompts per level."""
+    """Prompts per level (steady: the first run's; later runs are sized to benchmark.window_s, so
+    with the defaults a level takes a warm-up of two or more windows plus one measured)."""
     degrade_below_baseline: bool = False
     """Mark the service degraded (not unready) when the result is below the baseline."""
 
@@ -380,29 +382,39 @@ class BenchmarkSection(Section):
     output_len: PositiveInt = 512
     """Output tokens per request (fixed)."""
     prompts_per_concurrency: PositiveInt = 4
-    """Prompts per level = max(min_prompts, prompts_per_concurrency x concurrency)."""
+    """Prompts per level = max(min_prompts, prompts_per_concurrency x concurrency); steady: the
+    first run's, later runs are sized to the window."""
     min_prompts: PositiveInt = 128
-    """The fewest prompts a level gets."""
+    """The fewest prompts a level gets (steady: its first run)."""
     warmup_requests: Annotated[Int, Field(ge=0, le=MAX_COUNT)] = 16
-    """Requests before each level, not measured."""
+    """Requests before each level, not measured (single wave only: steady runs warm up in whole
+    windows instead)."""
     seed: Annotated[Int, Field(ge=0, le=MAX_COUNT)] = 1
     """The first of the per-run seeds: the i-th measured window of every level, trial and side
     uses seed + i, so each run sends new prompts and windows pair across settings."""
-    steady: bool = False
-    """Measure each level in steady windows (glm5svc/bench/measure.py): fresh prompts per run,
-    the radix cache flushed, a warm-up until two windows agree, the figure from the engine's
-    own counters while it holds the concurrency. Off: one bench_serving run per level."""
-    window_s: Annotated[Number, Field(ge=ENGINE_READ_INTERVAL_S, le=MAX_WINDOW_S)] = 30.0
+    steady: bool = True
+    """Measure each level in steady windows (glm5svc/bench/measure.py): fresh prompts per run
+    (seed + i), the radix cache flushed, a warm-up until two windows agree, the figure from the
+    engine's own counters while it holds the concurrency. false: the old single wave, one
+    bench_serving run per level with ramps, the same seed every run and no flush: its figures
+    are not comparable with steady ones, and bench compare gives no verdict between the two."""
+    window_s: Annotated[Number, Field(ge=ENGINE_READ_INTERVAL_S, le=MAX_WINDOW_S)] = 300.0
     """The shortest steady window (seconds in which the engine holds the concurrency, ramps
-    left out) a run must give; runs are sized to it. About 30 s on a small model, minutes on
-    the target; at least 0.5 (the engine's counters are read every 0.5 s)."""
+    left out) a run must give; runs are sized to it. 300 s is for GLM-5 on its target: at 1024
+    in / 512 out, concurrency 256 and the tuned 2-4k tok/s a request lives 100-200 s (C x (in +
+    out) / tok/s), and a window of two or more request lifetimes averages the mix of prefills and
+    decodes (each run adds about two lifetimes of ramps). A small model on one GPU settles in
+    about 30 s (docs/performance-bench.md). At least 0.5 (the engine's counters are read at
+    most 0.5 s apart)."""
     windows: Annotated[Int, Field(ge=1, le=100)] = 1
     """Measured windows per level after the warm-up; the level's figure is their mean."""
     warmup_tolerance_pct: Annotated[Number, Field(gt=0, le=50)] = 3.0
     """Warm-up runs go on until two consecutive windows agree within this many percent."""
-    warmup_max_s: Annotated[Number, Field(ge=0, le=2 * MAX_WINDOW_S)] = 600.0
-    """The longest warm-up per level, in seconds (then measuring starts, and says so): 0 for
-    none, else at least two windows (2 x window_s), the fewest that can agree."""
+    warmup_max_s: Annotated[Number, Field(ge=0, le=2 * MAX_WINDOW_S)] = 1800.0
+    """The longest warm-up per level, in seconds (then measuring starts, and says so): room for
+    three runs of a 300 s window on the target, whose first runs after a start compile kernels
+    and come in 20-40 % low. 0 for none, else at least two windows (2 x window_s), the fewest
+    that can agree."""
     prefix_sharing: Annotated[Number, Field(ge=0, le=1)] = 0.0
     """The share of prompt tokens the workload expects from the radix cache (0: none). At 0 the
     cache is flushed before every run, and a run with more than 1 % cached is flagged and not

@@ -41,7 +41,7 @@ from testkit.bench_venv import (
     TOKENIZER_SCRIPT,
     VENV_SPEC,
 )
-from testkit.engine import TEST_ENGINE, free_port
+from testkit.engine import SHORT_STEADY, TEST_ENGINE, free_port
 
 REPO = Path(__file__).resolve().parents[1]
 TRY_VENV = REPO / ".cache" / "venvs" / "try"
@@ -124,7 +124,12 @@ def write_config(work: Path, python: Path, bench_python: Path) -> Path:
             "results_dir": str(work / "results"),
         },
         "telemetry": {"enabled": False},
-        "benchmark": {"python": str(bench_python), "post_start": {"enabled": False}},
+        # Steady windows sized for the test engine (GLM-5's defaults are minutes a window).
+        "benchmark": {
+            "python": str(bench_python),
+            "post_start": {"enabled": False},
+            **SHORT_STEADY,
+        },
     }
     path = work / "glm5.yaml"
     path.write_text(json.dumps(config, indent=2) + "\n")  # JSON is YAML

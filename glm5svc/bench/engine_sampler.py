@@ -35,6 +35,10 @@ TOKENS = "sglang:realtime_tokens_total"
 TOKEN_MODES = ("prefill_compute", "prefill_cache", "decode")
 MEASURED_ON = "sglang 0.5.9 and 0.5.11"  # the versions whose /metrics this reads
 SHOWN = 120  # characters of an answer quoted in a message
+STEADY_OFF = (
+    "set benchmark.steady: false to measure one wave per level with bench_serving's own "
+    "figures (not comparable with steady ones)"
+)
 
 
 class SteadyRefused(RuntimeError):
@@ -69,7 +73,7 @@ def sample_from_metrics(samples: MetricSamples, t: float) -> EngineSample:
         raise EngineCountersMissing(
             f"the engine's /metrics has no {TOKENS} ({found}): {why}. The steady "
             "measurement reads the engine's token counters: run an sglang that has them, "
-            "or set benchmark.steady: false to measure with bench_serving's own figures"
+            f"or {STEADY_OFF}"
         )
     modes = {dict(s.labels).get("mode") for s in tokens}
     if not modes & set(TOKEN_MODES):
@@ -78,8 +82,7 @@ def sample_from_metrics(samples: MetricSamples, t: float) -> EngineSample:
         raise EngineCountersMissing(
             f"the engine's {TOKENS} has label sets {shown}, none with mode="
             f"{'|'.join(TOKEN_MODES)} as {MEASURED_ON} count them: its counters cannot "
-            "be read as prompt and output tokens; set benchmark.steady: false to measure "
-            "with bench_serving's own figures"
+            f"be read as prompt and output tokens; {STEADY_OFF}"
         )
     return EngineSample(
         t=t,
@@ -98,12 +101,15 @@ def read_sample(base_url: str, headers: dict[str, str], timeout_s: float = 5.0) 
 
 
 class EngineSampler:
-    """Reads the engine's counters every SAMPLE_INTERVAL_S on a thread, between start()
+    """Reads the engine's counters every `interval_s` on a thread, between start()
     and stop(); the first read is taken before start() returns, the last on stop()."""
 
-    def __init__(self, base_url: str, headers: dict[str, str]):
+    def __init__(
+        self, base_url: str, headers: dict[str, str], interval_s: float = SAMPLE_INTERVAL_S
+    ):
         self.base_url = base_url
         self.headers = headers
+        self.interval_s = interval_s
         self.samples: list[EngineSample] = []
         self.errors: list[str] = []
         self.missing: EngineCountersMissing | None = None  # the counters were not there
@@ -115,7 +121,7 @@ class EngineSampler:
         self._thread.start()
 
     def _run(self) -> None:
-        while not self._stop.wait(SAMPLE_INTERVAL_S):
+        while not self._stop.wait(self.interval_s):
             self._read()
 
     def stop(self) -> list[EngineSample]:
@@ -130,7 +136,16 @@ class EngineSampler:
         except EngineCountersMissing as exc:
             self.errors.append(str(exc))
             self.missing = exc
-        except (FetchError, MetricsTextError) as exc:
+        except FetchError as exc:
+            if exc.status == 404:  # sglang serves /metrics only with --enable-metrics
+                self.missing = EngineCountersMissing(
+                    f"{self.base_url.rstrip('/')}/metrics answered HTTP 404: the engine runs "
+                    "without --enable-metrics (server.enable_metrics: true sets it; a server "
+                    "started otherwise needs it). The steady measurement reads the engine's "
+                    f"token counters: start it with --enable-metrics, or {STEADY_OFF}"
+                )
+            self.errors.append(f"the engine's /metrics could not be read: {exc}")
+        except MetricsTextError as exc:
             self.errors.append(f"the engine's /metrics could not be read: {exc}")
 
 
@@ -157,7 +172,7 @@ def flush_radix_cache(base_url: str, headers: dict[str, str]) -> float:
             fetch_bytes(url, timeout_s=10.0, headers=headers, method="POST", data=b"")
             return time.monotonic() - started
         except FetchError as exc:
-            if exc.status in (404, 405):
+            if exc.status in (404, 405, 501):
                 raise FlushRefused(
                     f"{base_url} has no POST /flush_cache ({_answered(exc)}), so each run's "
                     "prompts could be served from the radix cache: use an sglang server (0.4 "

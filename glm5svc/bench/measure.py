@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from glm5svc.bench.engine_sampler import (
+    SAMPLE_INTERVAL_S,
     EngineSampler,
     SteadyRefused,
     flush_radix_cache,
@@ -53,6 +54,9 @@ from glm5svc.bench.steady import (
 from glm5svc.http_fetch import bearer
 
 WARMUP_SEED_OFFSET = 1_000_000
+WINDOW_SAMPLES = 5
+RESIZE_MARGIN = 1.2
+MAX_GROWTH = 10.0
 MAX_PROMPTS = 200_000
 
 
@@ -162,7 +166,9 @@ class Measurer:
         if self.plan.prefix_sharing <= 0:
             flush_radix_cache(self.plan.base_url, self.headers)
             flushed = True
-        engine = EngineSampler(self.plan.base_url, self.headers)
+        # At least WINDOW_SAMPLES reads inside the shortest window, at most two a second.
+        interval = min(SAMPLE_INTERVAL_S, self.plan.window_s / WINDOW_SAMPLES)
+        engine = EngineSampler(self.plan.base_url, self.headers, interval)
         engine.start()
         # bench_serving's own warm-up sends the run's first prompts once more, so they would
         # be cached when the run sends them: the measurer's warm-up runs replace it.
@@ -197,22 +203,29 @@ class Measurer:
         rate = completion_rate(samples, window)
         if rate is None and level.metrics and level.metrics.request_throughput:
             rate = level.metrics.request_throughput
+        wanted = self.prompts
         if rate:
             wanted = prompts_for_window(rate, self.concurrency, self.plan.window_s)
-            self.prompts = min(MAX_PROMPTS, max(self.prompts, wanted))
-            if wanted > MAX_PROMPTS:
-                longest = window_for_prompts(rate, self.concurrency, MAX_PROMPTS)
-                self.too_long = (
-                    f"a {self.plan.window_s:g} s window needs about {wanted:,} prompts at the "
-                    f"measured {rate:.3g} requests/s, over the {MAX_PROMPTS:,} one run sends: "
-                    f"set benchmark.window_s to at most {longest:g}"
-                )
+        if window.start_s is not None and 0 < window.duration_s < self.plan.window_s:
+            # Too short a window: the ramps took more of the run than the rate says.
+            grow = min(MAX_GROWTH, RESIZE_MARGIN * self.plan.window_s / window.duration_s)
+            wanted = max(wanted, math.ceil(self.prompts * grow))
+        self.prompts = min(MAX_PROMPTS, max(self.prompts, wanted))
+        if rate and wanted > MAX_PROMPTS:
+            longest = window_for_prompts(rate, self.concurrency, MAX_PROMPTS)
+            self.too_long = (
+                f"a {self.plan.window_s:g} s window needs about {wanted:,} prompts at the "
+                f"measured {rate:.3g} requests/s, over the {MAX_PROMPTS:,} one run sends: "
+                f"set benchmark.window_s to at most {longest:g}"
+            )
 
     def measure(self, seed: int, windows: int | None = None) -> Measurement:
         """Warm up to the plateau, then `windows` measured windows (seeds seed, seed+1...)."""
         result = Measurement(self.concurrency)
         try:
             self.warm_up(result, seed)
+            if result.error:  # the warm-up's run failed or was stopped: its own words
+                return result
             for index in range(windows or self.plan.windows):
                 if self.should_stop is not None and self.should_stop():
                     result.error = "stopped"
@@ -265,6 +278,9 @@ def level_from(measurement: Measurement) -> LevelResult:
     if last is None:
         last = failed_level(measurement.concurrency, 0, time.monotonic(), error or "no run")
     metrics = last.metrics
+    if not values and metrics is not None:
+        # bench_serving's own figure counts the ramps: no level figure without a window.
+        metrics = replace(metrics, total_throughput=None, output_throughput=None)
     if values and metrics is not None:
         outputs = [
             r.window.output_throughput

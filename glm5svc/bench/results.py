@@ -34,7 +34,7 @@ class LevelResult:
 
     @property
     def ok(self) -> bool:
-        finished = self.returncode == 0 and self.metrics is not None
+        finished = self.returncode == 0 and self.metrics is not None and self.error is None
         return finished and self.completed >= self.requested
 
     def to_dict(self) -> dict[str, Any]:

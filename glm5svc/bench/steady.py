@@ -102,7 +102,9 @@ class SteadyWindow:
 
 
 def _holds(sample: EngineSample, concurrency: int) -> bool:
-    return sample.running + sample.queued >= HOLD_SHARE * concurrency
+    # At a small concurrency one slot in transit is already more than the share.
+    needed = min(HOLD_SHARE * concurrency, max(1, concurrency - 1))
+    return sample.running + sample.queued >= needed
 
 
 def steady_window(

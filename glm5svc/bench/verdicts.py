@@ -230,8 +230,9 @@ WORKLOAD_FIELDS = ("input_len", "output_len")
 
 def workload_difference(current: dict[str, Any], baseline: dict[str, Any]) -> str | None:
     """Why the two runs' figures cannot be judged against each other, or None when both
-    recorded their input and output lengths and these agree. A baseline that did not record
-    them (the shipped reference's lengths were not written down) gives no verdict either."""
+    recorded their input and output lengths, these agree and both measured the same way
+    (steady windows or one wave). A baseline that did not record them (the shipped
+    reference's lengths were not written down) gives no verdict either."""
     plans = (current.get("plan") or {}, baseline.get("plan") or {})
     if not all(isinstance(plan, dict) for plan in plans):
         return "a run's plan is not a mapping"
@@ -249,4 +250,17 @@ def workload_difference(current: dict[str, Any], baseline: dict[str, Any]) -> st
         for field in WORKLOAD_FIELDS
         if plans[0][field] != plans[1][field]
     ]
-    return ("the workloads differ: " + ", ".join(differing)) if differing else None
+    if differing:
+        return "the workloads differ: " + ", ".join(differing)
+    methods = [measurement_method(plan) for plan in plans]
+    if methods[0] != methods[1]:
+        return (
+            f"the measurements differ: {methods[0]} vs {methods[1]} (benchmark.steady); "
+            "measure both the same way"
+        )
+    return None
+
+
+def measurement_method(plan: dict[str, Any]) -> str:
+    """How a run measured; a plan without the key is from before steady windows (one wave)."""
+    return "steady windows" if plan.get("steady", False) is True else "one wave per level"

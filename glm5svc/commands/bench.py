@@ -61,6 +61,15 @@ def register(subparsers):
         config="benchmark.warmup_requests",
         help="warm-up requests before each level",
     )
+    add_number(
+        parser,
+        "--window",
+        dest="window_s",
+        config="benchmark.window_s",
+        duration=True,
+        help="the shortest steady window per run",
+    )
+    add_number(parser, "--windows", config="benchmark.windows", help="measured windows per level")
     parser.add_argument(
         "--base-url", type=http_url, help="server URL (default: from the config's server)"
     )
@@ -94,8 +103,8 @@ def register(subparsers):
         help="compare run A with the baseline B (A is judged against B)",
         description=(
             "Compare A (the run to judge) with B (the baseline): each figure's change is "
-            "A / B - 1; a drop beyond --threshold percent is a regression. Warns when the "
-            "two runs' input/output lengths differ."
+            "A / B - 1; a drop beyond --threshold percent is a regression. Gives no verdict "
+            "when the two runs' input and output lengths or measurements differ."
         ),
     )
     compare.add_argument(
@@ -136,6 +145,15 @@ def run(args) -> int:
     from glm5svc.bench.runner import raise_terminated
 
     config = _config(args)
+    warmup = config.benchmark.warmup_max_s
+    if config.benchmark.steady and args.window_s and 0 < warmup < 2 * args.window_s:
+        # The configuration checks benchmark.window_s against its warm-up bound; --window too.
+        raise ConfigError(
+            f"glm5svc bench --window {args.window_s:g} s: benchmark.warmup_max_s ({warmup:g} s) "
+            "holds fewer than two such windows, so the warm-up could never see two agree; set "
+            f"benchmark.warmup_max_s to 0 (no warm-up) or at least {2 * args.window_s:g}, or "
+            "shorten --window"
+        )
     ladder = [n for part in args.ladder for n in part] if args.ladder else None
     overrides = {f.name: getattr(args, f.name) for f in fields(BenchPlan) if hasattr(args, f.name)}
     baseline = args.baseline
@@ -235,7 +253,7 @@ def run_compare(args) -> int:
     if args.fail_on_regression and not_judged is not None:
         raise NothingCompared(
             f"bench compare --fail-on-regression: {comparison['text']}: the gate cannot judge "
-            "runs of different workloads; compare runs of the same input and output lengths",
+            "runs of different workloads; compare runs of the same workload, measured the same way",
             fields=comparison,
         )
     if args.fail_on_regression and not comparison["rows"]:

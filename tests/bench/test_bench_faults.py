@@ -35,9 +35,15 @@ class _Healthy(BaseHTTPRequestHandler):
         pass
 
     def do_GET(self):  # noqa: N802 - stdlib name
+        # An empty server info, as sglang.bench_serving reads it: the steady measurement checks
+        # it before the first run.
+        body = b"{}" if self.path.startswith("/get_server_info") else b""
         self.send_response(200)
-        self.send_header("Content-Length", "0")
+        self.send_header("Content-Length", str(len(body)))
         self.end_headers()
+        self.wfile.write(body)
+
+    do_POST = do_GET  # noqa: N815 - /flush_cache before each steady run
 
 
 @pytest.fixture
@@ -134,8 +140,8 @@ def test_a_full_disk_names_the_file_and_keeps_no_half_written_run(
 
     monkeypatch.setattr(outputs_module, "write_atomic", disk_full)
     results = tmp_path / "results"
-    with pytest.raises(Glm5Error) as caught:
-        run_benchmark(plan(python, healthy_server), results, Judgement(baseline=None))
+    with pytest.raises(Glm5Error) as caught:  # one wave: the stub has no token counters
+        run_benchmark(plan(python, healthy_server, steady=False), results, Judgement(baseline=None))
     message = str(caught.value)
     assert "No space left on device" in message and str(results / "bench") in message
     assert list((results / "bench").iterdir()) == []
@@ -143,8 +149,8 @@ def test_a_full_disk_names_the_file_and_keeps_no_half_written_run(
 
 def test_result_files_are_not_world_readable(tmp_path, healthy_server):
     python, _ = fake_python(tmp_path, "ok")
-    summary = run_benchmark(
-        plan(python, healthy_server), tmp_path / "results", Judgement(baseline=None)
+    summary = run_benchmark(  # one wave: the stub has no token counters
+        plan(python, healthy_server, steady=False), tmp_path / "results", Judgement(baseline=None)
     )
     run_dir = Path(summary.results_dir)
     assert stat.S_IMODE(run_dir.stat().st_mode) & 0o007 == 0

@@ -12,7 +12,7 @@ from glm5svc.bench import BenchPlan, Judgement, run_benchmark
 from glm5svc.bench.runner import RAW_LINES_FILE
 from glm5svc.cli import main
 from glm5svc.telemetry import Sampler
-from testkit.engine import start_engine
+from testkit.engine import SHORT_STEADY, start_engine
 from testkit.fake_gpus import SteadyGpus
 
 LADDER = (4, 8, 16, 32)
@@ -31,16 +31,21 @@ def make_plan(bench_python, tokenizer, base_url, **changes) -> BenchPlan:
         min_prompts=16,
         warmup_requests=2,
         level_timeout_s=120,
+        **SHORT_STEADY,
     )
     return plan.with_overrides(**changes)
 
 
 def write_baseline(
-    path: Path, levels: dict[int, float], input_len: int = 64, output_len: int = 24
+    path: Path,
+    levels: dict[int, float],
+    input_len: int = 64,
+    output_len: int = 24,
+    steady: bool = True,
 ) -> Path:
     data = {
         "name": "synthetic",
-        "plan": {"input_len": input_len, "output_len": output_len},
+        "plan": {"input_len": input_len, "output_len": output_len, "steady": steady},
         "levels": {str(c): {"total_throughput": tput} for c, tput in levels.items()},
     }
     path.write_text(json.dumps(data))
@@ -64,11 +69,13 @@ def bounded_engine(tmp_path):
 @pytest.mark.timeout(240)
 def test_ladder_against_the_test_engine(bench_python, tiny_tokenizer, bounded_engine, tmp_path):
     # Bounded throughput: each decode step costs a base plus a share per running request,
-    # so 4 -> 32 gains less and less while latency rises.
+    # so 4 -> 32 gains less and less while latency rises. The single wave (the opt-out,
+    # benchmark.steady: false): one bench_serving run per level, the telemetry window its
+    # measured run.
     engine = bounded_engine
     sampler = Sampler(SteadyGpus(count=2, watts=150.0, limit_w=600.0), period_s=0.2)
-    plan = make_plan(bench_python, tiny_tokenizer, engine.base_url)
-    huge = write_baseline(tmp_path / "huge.json", {4: 1e6, 8: 1e6, 2048: 1e6})
+    plan = make_plan(bench_python, tiny_tokenizer, engine.base_url, steady=False)
+    huge = write_baseline(tmp_path / "huge.json", {4: 1e6, 8: 1e6, 2048: 1e6}, steady=False)
     events = []
     with sampler:
         summary = run_benchmark(
@@ -145,7 +152,8 @@ def test_ladder_against_the_test_engine(bench_python, tiny_tokenizer, bounded_en
 def test_cli_regression_exit_and_no_telemetry(
     bench_python, tiny_tokenizer, engine, tmp_path, capsys, monkeypatch
 ):
-    monkeypatch.setenv("GLM5SVC_CONFIG", str(tmp_path / "absent.yaml"))
+    config = tmp_path / "glm5.yaml"
+    config.write_text(json.dumps({"benchmark": SHORT_STEADY}))
     huge = write_baseline(tmp_path / "huge.json", {8: 1e6}, 32, 8)
     argv = [
         "bench", "--ladder", "8", "--input-len", "32", "--output-len", "8",
@@ -153,10 +161,14 @@ def test_cli_regression_exit_and_no_telemetry(
         "--tokenizer", tiny_tokenizer, "--model", "glm-5",
         "--results-dir", str(tmp_path / "r"), "--baseline", str(huge), "--json",
     ]  # fmt: skip
-    monkeypatch.setenv("GLM5SVC_CONFIG", str(tmp_path / "absent.yaml"))
+    monkeypatch.setenv("GLM5SVC_CONFIG", str(config))
     assert main([*argv, "--fail-on-regression"]) == 3
     summary = json.loads(capsys.readouterr().out)
-    assert summary["levels"][0]["completed"] == 16
+    level = summary["levels"][0]
+    assert level["completed"] == level["requested"] >= 16  # runs are sized to the window
+    baseline = summary["verdicts"]["baseline"]
+    assert baseline["judged"] and baseline["regressed"]
+    assert len(level["steady"]["windows"]) == 2 and summary["plan"]["steady"] is True
     # No NVIDIA driver here (or a fake-free sampler): the run works and says so.
     assert summary["telemetry_status"] != "available"
     assert summary["levels"][0]["telemetry"]["available"] is False
@@ -224,6 +236,7 @@ def test_post_start_hook_runs_the_short_ladder(bench_python, tiny_tokenizer, eng
             "telemetry": {"enabled": False},
             "benchmark": {
                 "input_len": 32, "output_len": 8, "warmup_requests": 1, "baseline": str(huge),
+                **SHORT_STEADY,
                 "post_start": {"ladder": [4], "num_prompts_per_level": 8,
                                "degrade_below_baseline": True},
             },
@@ -237,7 +250,8 @@ def test_post_start_hook_runs_the_short_ladder(bench_python, tiny_tokenizer, eng
     status = post_start_hook(context)
     assert from_dict(BenchmarkStatus, json.loads(json.dumps(to_dict(status)))) == status
     assert status.kind == "post-start" and status.complete
-    assert status.levels[0].completed == 8 and status.degraded is True
+    level = status.levels[0]
+    assert level.completed == level.requested >= 8 and status.degraded is True
     assert status.summary["concurrency"] == 4.0
     assert "telemetry.enabled: false" in status.telemetry
     assert Path(status.results_dir).name.endswith("-post-start")

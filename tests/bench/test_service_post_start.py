@@ -20,6 +20,7 @@ from glm5svc.patches import SglangInstall
 from glm5svc.serve import supervisor as supervisor_module
 from glm5svc.serve.relay import StderrSink
 from glm5svc.serve.service import build_service
+from testkit.engine import SHORT_STEADY
 from tests.bench.test_ladder import write_baseline
 from tests.plan.test_launch_plan import SM120_X8
 from tests.serve.conftest import NotifyListener, ServeProcess, run_in_process, write_config
@@ -45,6 +46,7 @@ def test_post_start_benchmark_marks_degraded_not_unready(bench_python, tiny_toke
             "num_prompts_per_level": 8,
             "degrade_below_baseline": True,
         },
+        **SHORT_STEADY,
     }
     config_path.write_text(yaml.safe_dump(config))
     notify = NotifyListener(tmp_path / "notify.sock")
@@ -57,7 +59,8 @@ def test_post_start_benchmark_marks_degraded_not_unready(bench_python, tiny_toke
         )
         assert status["ready"] is True, "degraded must not mean unready"
         assert status["degraded"] is True
-        assert status["benchmark"]["levels"][0]["completed"] == 8
+        level = status["benchmark"]["levels"][0]
+        assert level["completed"] == level["requested"] >= 8  # runs sized to the window
         assert process.get("/readyz")[0] == 200
         metrics = process.get("/metrics")[1]
         assert "glm5svc_degraded 1.0" in metrics
@@ -93,6 +96,7 @@ def test_the_post_start_benchmark_and_status_record_the_launched_plan(
         "warmup_requests": 1,
         "baseline": None,
         "post_start": {"enabled": True, "ladder": [4], "num_prompts_per_level": 8},
+        **SHORT_STEADY,
     }
     key_file = tmp_path / "api-key"
     key_file.write_text("sk-read-once\n")
@@ -118,7 +122,8 @@ def test_the_post_start_benchmark_and_status_record_the_launched_plan(
     assert status == 0, out.getvalue()[-3000:]
     assert calls == {}, calls
     benchmark = service.supervisor.state.benchmark
-    assert benchmark.levels[0].completed == 8  # with the key
+    level = benchmark.levels[0]
+    assert level.completed == level.requested >= 8  # with the key
 
     launched = service.supervisor.engine.argv
     assert "--disable-radix-cache" not in launched

@@ -85,11 +85,16 @@ class Env:
         )
         return str(site)
 
-    def bench(self, server: bool = True) -> list[str]:
+    def bench(self, server: bool = True, steady: bool = False) -> list[str]:
+        """A fake bench_serving; a fake server has no engine counters, so a ladder runs to
+        the end only as the single wave (benchmark.steady: false)."""
         python, _ = fake_python(self.tmp, "ok")
         port = self.listening(b"") if server else free_port()
+        wave = (
+            [] if steady else ["--config", self.file("wave.yaml", "benchmark: {steady: false}\n")]
+        )
         return [
-            "bench", "--python", str(python), "--base-url", f"http://127.0.0.1:{port}",
+            *wave, "bench", "--python", str(python), "--base-url", f"http://127.0.0.1:{port}",
             "--tokenizer", "/t", "--ladder", "8", "--num-prompts", "32", "--baseline", "none",
             "--results-dir", str(self.tmp / "results"), "--level-timeout", "20",
         ]  # fmt: skip
@@ -149,6 +154,9 @@ CASES: dict[tuple[str, ...], list[Case]] = {
     ("bench",): [
         Case("a ladder that ran", lambda e: e.bench(), 0, schema=SUMMARY_SCHEMA, alone=True),
         Case("no server there", lambda e: e.bench(server=False), 1, SUMMARY_SCHEMA, alone=True),
+        Case(
+            "steady, no /flush_cache", lambda e: e.bench(steady=True), 1, SUMMARY_SCHEMA, alone=True
+        ),
         Case("bad ladder", lambda e: ["bench", "--ladder", "x"], 2, schema=USAGE),
     ],
     ("bench", "compare"): [

@@ -97,9 +97,11 @@ def test_the_configured_window_must_fit_the_trial_timeout_too():
 
 
 def test_a_window_given_must_fit_the_configured_warmup_bound():
-    (problem,) = window_problems(SearchSettings(window_s=400), BenchmarkSection())
-    assert problem.startswith("--window 400 s: benchmark.warmup_max_s (600 s) holds fewer")
-    assert "at least 800" in problem
+    bound = BenchmarkSection().warmup_max_s
+    window = round(bound * 0.55)  # over half the default bound, three within --trial-timeout
+    (problem,) = window_problems(SearchSettings(window_s=window), BenchmarkSection())
+    assert problem.startswith(f"--window {window:g} s: benchmark.warmup_max_s ({bound:g} s) holds")
+    assert f"at least {2 * window:g}" in problem
 
 
 @settings(max_examples=300, deadline=None)
