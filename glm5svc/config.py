@@ -378,9 +378,14 @@ class BenchmarkSection(Section):
     ladder: list[PositiveInt] = Field(default_factory=lambda: [64, 256, 512, 1024, 2048])
     """Concurrency levels, strictly increasing."""
     input_len: PositiveInt = 1024
-    """Input tokens per prompt (random ids, fixed length)."""
+    """Input tokens per prompt (random ids, fixed length); unused with a request_file."""
     output_len: PositiveInt = 512
-    """Output tokens per request (fixed)."""
+    """Output tokens per request (fixed); unused with a request_file."""
+    request_file: Path | None = None
+    """A recorded workload instead of the fixed lengths: a JSON Lines file, one request a line,
+    e.g. {"input_len": 812, "output_len": 230} (absolute path; docs/performance-bench.md). Each
+    run sends new prompts of those lengths; results record the file's SHA-256, count and mean
+    lengths, and bench compare judges only runs of the same file. null: fixed lengths."""
     prompts_per_concurrency: PositiveInt = 4
     """Prompts per level = max(min_prompts, prompts_per_concurrency x concurrency); steady: the
     first run's, later runs are sized to the window."""
@@ -432,6 +437,16 @@ class BenchmarkSection(Section):
 """
     post_start: PostStartBenchmark = Field(default_factory=PostStartBenchmark)
     """The benchmark after each start."""
+
+    @field_validator("request_file")
+    @classmethod
+    def _absolute_request_file(cls, value: Path | None) -> Path | None:
+        if value is not None and not value.is_absolute():
+            raise ValueError(
+                f"must be an absolute path (got '{value}'): the service runs in /var/lib/glm5 "
+                "(WorkingDirectory), where a relative path names another file"
+            )
+        return value
 
     @field_validator("ladder")
     @classmethod

@@ -107,3 +107,45 @@ def _assumed(problem: str) -> ModelFacts:
         source=f"{problem}; planned for the reference model GLM-5 ({REFERENCE_ARCHITECTURE})",
         from_config=False,
     )
+
+
+# sglang's order (0.5.11 `sglang/srt/utils/hf_transformers/common.py`, CONTEXT_LENGTH_KEYS):
+# the first key config.json has is the model's context length, unless --context-length is given.
+CONTEXT_LENGTH_KEYS = (
+    "max_sequence_length",
+    "seq_length",
+    "max_seq_len",
+    "model_max_length",
+    "max_position_embeddings",
+)
+
+
+def context_length(model_dir: Path, extra_args: list[str]) -> tuple[int | None, str]:
+    """The engine's context length in tokens and where it comes from: --context-length in
+    server.extra_args, else config.json as sglang reads it (its rope scaling factor
+    included); None when neither says (the checkpoint is not on this machine yet)."""
+    for index, arg in enumerate(extra_args):
+        value = None
+        if arg == "--context-length" and index + 1 < len(extra_args):
+            value = extra_args[index + 1]
+        elif arg.startswith("--context-length="):
+            value = arg.split("=", 1)[1]
+        if value is not None and value.isdigit() and int(value) > 0:
+            return int(value), "--context-length in server.extra_args"
+    path = Path(model_dir) / "config.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None, f"{path} is not readable"
+    if not isinstance(data, dict):
+        return None, f"{path} is not a mapping"
+    factor = 1.0
+    rope = data.get("rope_scaling")
+    if isinstance(rope, dict) and "original_max_position_embeddings" not in rope:
+        if rope.get("rope_type") != "llama3" and isinstance(rope.get("factor"), int | float):
+            factor = float(rope["factor"])
+    for key in CONTEXT_LENGTH_KEYS:
+        value = data.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return int(factor * value), f"{key} in {path}"
+    return None, f"{path} names no context length"

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
 from typing import Any
 
+from glm5svc.bench.request_file import RequestFile, load_request_file
 from glm5svc.config import READ_KEY_FILE, BenchmarkSection, connect_host, read_api_key
 from glm5svc.errors import ConfigError
+from glm5svc.model_info import context_length
 
 # A level's default time limit, from its workload, for slow but working servers: bench_serving
 # itself waits up to 6 hours per request (aiohttp ClientTimeout(total=6 * 60 * 60)), so a
@@ -43,6 +46,15 @@ class BenchPlan:
     warmup_tolerance_pct: float = _DEFAULTS.warmup_tolerance_pct
     warmup_max_s: float = _DEFAULTS.warmup_max_s
     prefix_sharing: float = _DEFAULTS.prefix_sharing
+    # A recorded workload (glm5svc/bench/request_file.py): its lengths replace the fixed
+    # input_len and output_len.
+    request_file: RequestFile | None = None
+
+    def lengths(self) -> tuple[int, int]:
+        """The longest input and output of a request (the fixed ones, or the file's)."""
+        if self.request_file is not None:
+            return self.request_file.max_input_len, self.request_file.max_output_len
+        return self.input_len, self.output_len
 
     def prompts_for(self, concurrency: int) -> int:
         if self.num_prompts is not None:
@@ -56,10 +68,9 @@ class BenchPlan:
         rounds = math.ceil(self.prompts_for(concurrency) / concurrency) + math.ceil(
             self.warmup_requests / concurrency
         )
+        input_len, output_len = self.lengths()
         per_request = (
-            REQUEST_FLOOR_S
-            + self.input_len * PREFILL_S_PER_TOKEN
-            + self.output_len * DECODE_S_PER_TOKEN
+            REQUEST_FLOOR_S + input_len * PREFILL_S_PER_TOKEN + output_len * DECODE_S_PER_TOKEN
         )
         return LEVEL_START_S + rounds * per_request
 
@@ -89,9 +100,11 @@ class BenchPlan:
             raise ConfigError("the benchmark plan is not valid", problems=problems)
 
     def describe(self) -> dict[str, Any]:
-        """The plan as recorded in results: everything but the API key."""
-        data = asdict(self)
+        """The plan as recorded in results: everything but the API key; of a request file,
+        its identity (not its requests)."""
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
         data["api_key"] = "(set)" if self.api_key else None
+        data["request_file"] = self.request_file.identity() if self.request_file else None
         data["ladder"] = list(self.ladder)
         data["prompts"] = {str(c): self.prompts_for(c) for c in self.ladder}
         data["level_timeouts_s"] = {str(c): round(self.timeout_for(c)) for c in self.ladder}
@@ -110,6 +123,13 @@ def plan_from_config(
     by default server.api_key_file is read here."""
     bench = config.benchmark
     server = config.server
+    given = overrides.pop("request_file", None)
+    source = given if given is not None else bench.request_file
+    request_file = source if isinstance(source, RequestFile) else None
+    if source is not None and request_file is None:
+        limit, where = context_length(config.model.path, server.extra_args)
+        key = "--request-file" if given is not None else "benchmark.request_file"
+        request_file = load_request_file(Path(source), limit, where, key=key)
     host = connect_host(server.host)
     if ":" in host and not host.startswith("["):
         host = f"[{host}]"
@@ -131,6 +151,7 @@ def plan_from_config(
         warmup_tolerance_pct=bench.warmup_tolerance_pct,
         warmup_max_s=bench.warmup_max_s,
         prefix_sharing=bench.prefix_sharing,
+        request_file=request_file,
         api_key=read_api_key(server.api_key_file) if api_key is READ_KEY_FILE else api_key,
     )
     return plan.with_overrides(**overrides)

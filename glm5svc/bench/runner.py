@@ -24,6 +24,7 @@ from typing import Any
 
 from glm5svc.bench.plan import BenchPlan
 from glm5svc.bench.power import WindowSampler, level_telemetry, unavailable
+from glm5svc.bench.request_prompts import RequestPromptsError, dataset_arguments, write_dataset
 from glm5svc.bench.results import LevelResult
 from glm5svc.bench.serving_figures import BenchLineError, last_result_line, parse_bench_line
 from glm5svc.child_group import ChildGroup, spawn
@@ -62,8 +63,24 @@ ProgressCallback = Callable[[BenchEvent], None]
 
 
 def bench_serving_command(
-    plan: BenchPlan, concurrency: int, num_prompts: int, output_file: Path
+    plan: BenchPlan,
+    concurrency: int,
+    num_prompts: int,
+    output_file: Path,
+    dataset: Path | None = None,
 ) -> list[str]:
+    """`dataset`: the run's prompts of a request file (glm5svc/bench/request_prompts.py)."""
+    if plan.request_file is not None:
+        if dataset is None:
+            raise ValueError("a request file's run needs its dataset file")
+        workload = dataset_arguments(dataset)
+    else:
+        workload = [
+            "--dataset-name", "random-ids",
+            "--random-input-len", str(plan.input_len),
+            "--random-output-len", str(plan.output_len),
+            "--random-range-ratio", "1.0",
+        ]  # fmt: skip
     return [
         plan.python,
         "-m",
@@ -72,10 +89,7 @@ def bench_serving_command(
         "--base-url", plan.base_url,
         "--model", plan.model,
         "--tokenizer", plan.tokenizer,
-        "--dataset-name", "random-ids",
-        "--random-input-len", str(plan.input_len),
-        "--random-output-len", str(plan.output_len),
-        "--random-range-ratio", "1.0",
+        *workload,
         "--num-prompts", str(num_prompts),
         "--max-concurrency", str(concurrency),
         "--request-rate", "inf",
@@ -119,8 +133,16 @@ def run_level(
     output_file = logs / f"c{concurrency}.jsonl"
     output_file.unlink(missing_ok=True)
     log_path = logs / f"c{concurrency}.log"
-    command = bench_serving_command(plan, concurrency, requested, output_file)
     started = time.monotonic()
+    dataset = None
+    if plan.request_file is not None:
+        try:
+            dataset = write_dataset(
+                plan, requested, logs / f"c{concurrency}-requests.jsonl", bench_serving_env(plan)
+            )
+        except RequestPromptsError as exc:
+            return failed_level(concurrency, requested, started, str(exc)), None
+    command = bench_serving_command(plan, concurrency, requested, output_file, dataset)
     windows = _Windows(sampler, f"c={concurrency}", no_telemetry_reason)
     try:
         group = spawn(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from glm5svc.bench.results import LevelResult
@@ -229,29 +230,39 @@ WORKLOAD_FIELDS = ("input_len", "output_len")
 
 
 def workload_difference(current: dict[str, Any], baseline: dict[str, Any]) -> str | None:
-    """Why the two runs' figures cannot be judged against each other, or None when both
-    recorded their input and output lengths, these agree and both measured the same way
-    (steady windows or one wave). A baseline that did not record them (the shipped
-    reference's lengths were not written down) gives no verdict either."""
+    """Why the two runs' figures cannot be judged against each other, or None when both sent
+    the same workload (the same request file, by its SHA-256, or the same recorded input and
+    output lengths) and both measured the same way (steady windows or one wave). A baseline
+    that did not record its lengths (the shipped reference's were not written down) gives no
+    verdict either."""
     plans = (current.get("plan") or {}, baseline.get("plan") or {})
     if not all(isinstance(plan, dict) for plan in plans):
         return "a run's plan is not a mapping"
-    unknown = [
-        name
-        for name, plan in zip(
-            (current.get("name") or "A", baseline.get("name") or "B"), plans, strict=True
-        )
-        if not all(field in plan for field in WORKLOAD_FIELDS)
-    ]
-    if unknown:
-        return f"{' and '.join(map(repr, unknown))} did not record its input and output lengths"
-    differing = [
-        f"{field} {plans[0][field]} vs {plans[1][field]}"
-        for field in WORKLOAD_FIELDS
-        if plans[0][field] != plans[1][field]
-    ]
-    if differing:
-        return "the workloads differ: " + ", ".join(differing)
+    names = (current.get("name") or "A", baseline.get("name") or "B")
+    files = [plan.get("request_file") for plan in plans]
+    for name, recorded in zip(names, files, strict=True):
+        if recorded is not None and not (
+            isinstance(recorded, dict) and isinstance(recorded.get("sha256"), str)
+        ):
+            return f"{name!r} recorded its request file without its SHA-256"
+    if files[0] is not None or files[1] is not None:
+        if files[0] is None or files[1] is None or files[0]["sha256"] != files[1]["sha256"]:
+            return f"the workloads differ: {workload_text(plans[0])} vs {workload_text(plans[1])}"
+    else:
+        unknown = [
+            name
+            for name, plan in zip(names, plans, strict=True)
+            if not all(field in plan for field in WORKLOAD_FIELDS)
+        ]
+        if unknown:
+            return f"{' and '.join(map(repr, unknown))} did not record its input and output lengths"
+        differing = [
+            f"{field} {plans[0][field]} vs {plans[1][field]}"
+            for field in WORKLOAD_FIELDS
+            if plans[0][field] != plans[1][field]
+        ]
+        if differing:
+            return "the workloads differ: " + ", ".join(differing)
     methods = [measurement_method(plan) for plan in plans]
     if methods[0] != methods[1]:
         return (
@@ -259,6 +270,21 @@ def workload_difference(current: dict[str, Any], baseline: dict[str, Any]) -> st
             "measure both the same way"
         )
     return None
+
+
+def workload_text(plan: dict[str, Any]) -> str:
+    """A run's workload in words: its request file, or its fixed lengths."""
+    recorded = plan.get("request_file")
+    if isinstance(recorded, dict):
+        name = Path(str(recorded.get("path") or "?")).name
+        return (
+            f"request file {name} (sha256 {str(recorded.get('sha256'))[:12]}, "
+            f"{recorded.get('requests')} requests, mean {recorded.get('mean_input_len')} in / "
+            f"{recorded.get('mean_output_len')} out)"
+        )
+    if all(field in plan for field in WORKLOAD_FIELDS):
+        return f"fixed lengths {plan['input_len']} in / {plan['output_len']} out"
+    return "lengths not recorded"
 
 
 def measurement_method(plan: dict[str, Any]) -> str:

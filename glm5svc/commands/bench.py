@@ -47,6 +47,12 @@ def register(subparsers):
     add_number(
         parser, "--output-len", config="benchmark.output_len", help="output tokens per request"
     )
+    parser.add_argument(
+        "--request-file",
+        metavar="FILE",
+        help="a recorded workload instead of the fixed lengths: JSON Lines, one request a line, "
+        'e.g. {"input_len": 812, "output_len": 230} (default: benchmark.request_file)',
+    )
     add_number(
         parser,
         "--num-prompts",
@@ -104,7 +110,7 @@ def register(subparsers):
         description=(
             "Compare A (the run to judge) with B (the baseline): each figure's change is "
             "A / B - 1; a drop beyond --threshold percent is a regression. Gives no verdict "
-            "when the two runs' input and output lengths or measurements differ."
+            "when the two runs' workloads (lengths or request file) or measurements differ."
         ),
     )
     compare.add_argument(
@@ -145,6 +151,11 @@ def run(args) -> int:
     from glm5svc.bench.runner import raise_terminated
 
     config = _config(args)
+    if args.request_file and (args.input_len or args.output_len):
+        raise ConfigError(
+            "--request-file gives each request's input and output length: leave out "
+            "--input-len and --output-len, or the request file for fixed lengths"
+        )
     warmup = config.benchmark.warmup_max_s
     if config.benchmark.steady and args.window_s and 0 < warmup < 2 * args.window_s:
         # The configuration checks benchmark.window_s against its warm-up bound; --window too.

@@ -54,6 +54,12 @@ def register(subparsers):
         SEARCH: run.add_argument_group("the search"),
     }
     add_model_options(groups, WorkloadOptions)
+    groups[WORKLOAD].add_argument(
+        "--request-file",
+        metavar="FILE",
+        help=WorkloadOptions.model_fields["request_file"].description
+        + ': JSON Lines, one request a line, e.g. {"input_len": 812, "output_len": 230}',
+    )
     add_model_options(groups, SearchSettings)
     groups[SEARCH].add_argument(
         "--space", help="search space file (default: glm5svc's, per target)"
@@ -109,6 +115,7 @@ def _usage(parser):
 
 
 def _request(args):
+    from glm5svc.bench.plan import plan_from_config
     from glm5svc.commands.validate import check_config
     from glm5svc.config import load_config
     from glm5svc.tune.search import Workload
@@ -130,7 +137,16 @@ def _request(args):
         problems += window_problems(settings, config.benchmark)
     if problems:
         raise ConfigError("glm5svc tune run: invalid options", problems=problems)
-    options = WorkloadOptions.model_validate(model_values(args, WorkloadOptions))
+    options = WorkloadOptions.model_validate(
+        {**model_values(args, WorkloadOptions), "request_file": args.request_file}
+    )
+    if args.request_file:
+        if args.input_len or args.output_len:
+            raise ConfigError(
+                "glm5svc tune run: --request-file gives each request's input and output "
+                "length: leave out --input-len and --output-len, or the request file"
+            )
+        plan_from_config(config, request_file=args.request_file)  # refused before any trial
     return TuneRequest(
         config_path=Path(args.config) if args.config else None,
         workload=Workload(**options.resolved(config.benchmark)),

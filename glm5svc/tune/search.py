@@ -69,6 +69,7 @@ class Workload:
     output_len: int
     num_prompts: int
     warmup_prompts: int
+    request_file: str | None = None  # a recorded workload (glm5svc/bench/request_file.py)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -626,6 +627,7 @@ def bench_plan_for(config, workload: Workload, window_s: float | None = None) ->
         input_len=workload.input_len,
         output_len=workload.output_len,
         num_prompts=workload.num_prompts,
+        request_file=workload.request_file,
     )
     return plan.with_overrides(window_s=window_s) if window_s else plan
 

@@ -5,6 +5,7 @@ A resumed tune reads them back from its tune.json."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -127,15 +128,23 @@ class WorkloadOptions(_Settings):
     warmup_prompts: Annotated[Count | None, Option("--warmup-prompts", WORKLOAD)] = Field(
         None, description="prompts of the discarded warm-up run (default: the concurrency)"
     )
+    # `--request-file` (glm5svc/commands/tune.py adds it: a path, not a number).
+    request_file: str | None = Field(
+        None,
+        description="a recorded workload instead of the fixed lengths (default: "
+        "benchmark.request_file)",
+    )
 
-    def resolved(self, benchmark: Any) -> dict[str, int]:
+    def resolved(self, benchmark: Any) -> dict[str, Any]:
         """Every value, the unset ones from the configuration's benchmark section."""
+        request_file = self.request_file or benchmark.request_file
         return {
             "concurrency": self.concurrency,
             "input_len": self.input_len or benchmark.input_len,
             "output_len": self.output_len or benchmark.output_len,
             "num_prompts": self.num_prompts or max(benchmark.min_prompts, 4 * self.concurrency),
             "warmup_prompts": self.warmup_prompts or self.concurrency,
+            "request_file": str(Path(request_file).absolute()) if request_file else None,
         }
 
 
