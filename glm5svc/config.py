@@ -407,19 +407,19 @@ class BenchmarkSection(Section):
     """The shortest steady window (seconds in which the engine holds the concurrency, ramps
     left out) a run must give; runs are sized to it. 300 s is for GLM-5 on its target: at 1024
     in / 512 out, concurrency 256 and the tuned 2-4k tok/s a request lives 100-200 s (C x (in +
-    out) / tok/s), and a window of two or more request lifetimes averages the mix of prefills and
-    decodes (each run adds about two lifetimes of ramps). A small model on one GPU settles in
-    about 30 s (docs/performance-bench.md). At least 0.5 (the engine's counters are read at
-    most 0.5 s apart)."""
+    out) / tok/s), and a window of 1.5-3 request lifetimes averages the mix of prefills and
+    decodes (each run adds about two lifetimes of ramps: 8-12 minutes a run). A small model on
+    one GPU settles in about 30 s (docs/performance-bench.md). At least 0.5 (the engine's
+    counters are read at most 0.5 s apart)."""
     windows: Annotated[Int, Field(ge=1, le=100)] = 1
     """Measured windows per level after the warm-up; the level's figure is their mean."""
     warmup_tolerance_pct: Annotated[Number, Field(gt=0, le=50)] = 3.0
     """Warm-up runs go on until two consecutive windows agree within this many percent."""
     warmup_max_s: Annotated[Number, Field(ge=0, le=2 * MAX_WINDOW_S)] = 1800.0
     """The longest warm-up per level, in seconds (then measuring starts, and says so): room for
-    three runs of a 300 s window on the target, whose first runs after a start compile kernels
-    and come in 20-40 % low. 0 for none, else at least two windows (2 x window_s), the fewest
-    that can agree."""
+    two or three runs of a 300 s window on the target, whose first runs after a start compile
+    kernels and come in 20-40 % low. 0 for none, else at least two windows (2 x window_s), the
+    fewest that can agree."""
     prefix_sharing: Annotated[Number, Field(ge=0, le=1)] = 0.0
     """The share of prompt tokens the workload expects from the radix cache (0: none). At 0 the
     cache is flushed before every run, and a run with more than 1 % cached is flagged and not

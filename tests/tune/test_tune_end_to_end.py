@@ -152,3 +152,43 @@ def test_steady_trials_send_paired_fresh_prompts_into_a_flushed_cache(
     # every trial sends the same prompts, so runs pair across trials.
     for found in seeds.values():
         assert found == sorted(found) and sorted(set(found)) == list(range(1, max(found) + 1))
+
+
+def test_a_tune_on_a_request_file_sends_its_lengths_and_refuses_a_bad_one(
+    tmp_path, bench_python, tokenizer_dir
+):
+    """--request-file: a trial's runs send the file's requests, cycled, as new prompts; a bad
+    file, or fixed lengths beside it, is refused before any trial starts."""
+    config = write_tune_config(tmp_path, bench_python, tokenizer_dir, "load=0.1")
+    requests = tmp_path / "requests.jsonl"
+    lengths = [(24, 16), (8, 12), (40, 20)]
+    requests.write_text("".join(f'{{"input_len": {i}, "output_len": {o}}}\n' for i, o in lengths))
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"input_len": 24, "output_len": 16}\n{"input_len": 0, "output_len": 4}\n')
+    space = write_space(tmp_path, [{"key": "tuning.max_running_requests", "values": [8, 64]}])
+    options = ["--concurrency", "32", "--num-prompts", "32", "--min-repeats", "2",
+               "--max-repeats", "2", "--space", str(space), "--max-trials", "1",
+               "--json"]  # fmt: skip
+    refused = glm5svc(config, "tune", "run", *options, "--request-file", str(bad))
+    assert refused.returncode == 78
+    assert f"{bad}: line 2: input_len 0 is under 2" in refused.stdout
+    both = glm5svc(config, "tune", "run", *options, "--request-file", str(requests),
+                   "--input-len", "16")  # fmt: skip
+    assert both.returncode == 78 and "leave out --input-len" in both.stdout
+    assert not list(tmp_path.glob("results/tune/*"))  # nothing started
+
+    run_dir = tmp_path / "tune"
+    done = glm5svc(
+        config, "tune", "run", *options, "--request-file", str(requests), "--run-dir", str(run_dir)
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    saved = json.loads((run_dir / "tune.json").read_text())
+    assert saved["workload"]["request_file"] == str(requests)
+    runs = sorted(run_dir.glob("trials/000/runs/r*"))
+    assert runs
+    for run in runs:
+        sent = json.loads((run / "logs" / "c32.jsonl").read_text().splitlines()[-1])
+        cycled = [lengths[i % len(lengths)] for i in range(sent["completed"])]
+        assert sent["total_input_tokens"] == sum(i for i, _ in cycled)
+        assert sent["total_output_tokens"] == sum(o for _, o in cycled)
+        assert (run / "logs" / "c32-requests.jsonl").is_file()
