@@ -3,10 +3,10 @@
 bench_serving's random datasets give every request one input and one output length, so a
 recorded workload is sent through its `custom` dataset instead: a JSONL file of prompt and
 completion texts that bench_serving tokenizes to count each request's input and output
-(sglang 0.5.9 and 0.5.11 alike, `sample_custom_requests`). The file is written before each
-run by glm5svc/data/request_prompts.py in the interpreter that runs bench_serving (it has the
-tokenizer's library): random tokens from the run's seed, so every run sends new prompts, as
-random-ids does for fixed lengths, and the cache is flushed before it all the same.
+(sglang 0.5.9, 0.5.10.post1 and 0.5.11 alike, `sample_custom_requests`). The file is written
+before each run by glm5svc/data/request_prompts.py in the interpreter that runs bench_serving
+(it has the tokenizer's library): random tokens from the run's seed, so every run sends new
+prompts, as random-ids does for fixed lengths, and the cache is flushed before it all the same.
 """
 
 from __future__ import annotations

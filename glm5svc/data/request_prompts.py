@@ -7,7 +7,7 @@ sglang.bench_serving, which has transformers:
 
 LENGTHS_JSON holds [[input_len, output_len], ...]. Each line of OUT_JSONL is
 {"conversations": [{"role": "user", "content": PROMPT}, {"role": "assistant", "content":
-COMPLETION}]}: bench_serving's custom dataset (sglang 0.5.9 to 0.5.11 and later,
+COMPLETION}]}: bench_serving's custom dataset (sglang 0.5.9, 0.5.10.post1 and 0.5.11,
 `sample_custom_requests`) counts a request's input as len(tokenizer.encode(PROMPT)) and its
 output as len(tokenizer.encode(COMPLETION)), and asks for exactly that many new tokens. Both
 texts are random tokens of the vocabulary (special tokens left out) from SEED, adjusted
