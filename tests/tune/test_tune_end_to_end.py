@@ -15,6 +15,7 @@ from pathlib import Path
 
 import yaml
 
+from testkit.engine import SHORT_STEADY
 from tests.tune.conftest import write_space, write_tune_config
 
 WORKLOAD = [
@@ -160,6 +161,9 @@ def test_a_tune_on_a_request_file_sends_its_lengths_and_refuses_a_bad_one(
     """--request-file: a trial's runs send the file's requests, cycled, as new prompts; a bad
     file, or fixed lengths beside it, is refused before any trial starts."""
     config = write_tune_config(tmp_path, bench_python, tokenizer_dir, "load=0.1")
+    data = yaml.safe_load(config.read_text())
+    data["benchmark"].update(steady=True, **SHORT_STEADY)  # the default measurement
+    config.write_text(yaml.safe_dump(data))
     requests = tmp_path / "requests.jsonl"
     lengths = [(24, 16), (8, 12), (40, 20)]
     requests.write_text("".join(f'{{"input_len": {i}, "output_len": {o}}}\n' for i, o in lengths))
