@@ -6,12 +6,9 @@ measurement that cannot succeed stops at once instead of spending its warm-up.""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 
 import pytest
 from aiohttp import web
@@ -33,6 +30,7 @@ from glm5svc.bench.results import LevelResult
 from glm5svc.bench.serving_figures import parse_bench_line
 from glm5svc.bench.steady import EngineSample
 from glm5svc.metrics_text import MetricsTextError, parse_metrics
+from testkit.http_stub import stub
 
 GOOD_METRICS = """\
 # TYPE sglang:num_running_reqs gauge
@@ -45,31 +43,6 @@ sglang:num_requests_total{model_name="m"} 12.0
 sglang:realtime_tokens_total{mode="prefill_compute",tp_rank="0"} 100.0
 sglang:realtime_tokens_total{mode="decode",tp_rank="0"} 50.0
 """
-
-
-@contextmanager
-def stub(routes: dict[tuple[str, str], Callable[[web.Request], web.Response]]) -> Iterator[str]:
-    """An HTTP server answering `routes` ((method, path) -> handler); yields its base URL."""
-    app = web.Application()
-    for (method, path), handler in routes.items():
-
-        async def handle(request, handler=handler):
-            return handler(request)
-
-        app.router.add_route(method, path, handle)
-    runner = web.AppRunner(app)
-    loop = asyncio.new_event_loop()
-    loop.run_until_complete(runner.setup())
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    loop.run_until_complete(site.start())
-    port = site._server.sockets[0].getsockname()[1]
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(5)
 
 
 def text(body: str, status: int = 200) -> Callable[[web.Request], web.Response]:

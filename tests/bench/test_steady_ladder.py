@@ -3,15 +3,12 @@ flush before each run, the window from the engine's counters, a cached run flagg
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 
 from glm5svc.bench import BenchPlan, Judgement, run_benchmark
 from glm5svc.bench.engine_sampler import FlushRefused, flush_radix_cache
-from glm5svc.bench.request_file import load_request_file
 from testkit.engine import start_engine
+from testkit.http_stub import stub
 
 
 @pytest.fixture
@@ -78,61 +75,5 @@ def test_without_the_flush_a_repeated_seed_is_flagged(
 
 
 def test_a_server_without_flush_cache_is_named_with_the_fix(tmp_path):
-    import asyncio
-    import threading
-
-    from aiohttp import web
-
-    app = web.Application()
-    runner = web.AppRunner(app)
-    loop = asyncio.new_event_loop()
-    loop.run_until_complete(runner.setup())
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    loop.run_until_complete(site.start())
-    port = site._server.sockets[0].getsockname()[1]
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    try:
-        with pytest.raises(FlushRefused, match="benchmark.prefix_sharing"):
-            flush_radix_cache(f"http://127.0.0.1:{port}", {})
-    finally:
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(5)
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(240)
-def test_a_request_file_sends_its_lengths_as_new_prompts_in_every_window(
-    bench_python, tiny_tokenizer, engine, tmp_path
-):
-    """A recorded workload through bench_serving's custom dataset: each run's requests are the
-    file's, cycled, with the run's seed's prompts, into a flushed cache."""
-    requests = [(48, 16), (20, 24), (90, 12), (33, 20)]
-    path = tmp_path / "requests.jsonl"
-    path.write_text(
-        "".join(json.dumps({"input_len": i, "output_len": o}) + "\n" for i, o in requests)
-    )
-    base = plan(bench_python, tiny_tokenizer, engine.base_url)
-    loaded = load_request_file(path)
-    summary = run_benchmark(
-        base.with_overrides(request_file=loaded), tmp_path / "results", Judgement(baseline=None)
-    )
-    level = summary.levels[0]
-    assert summary.plan["request_file"]["sha256"] == loaded.sha256
-    windows = level.steady["windows"]
-    assert [w["seed"] for w in windows] == [1, 2] and all(w["flushed"] for w in windows)
-    prompts = []
-    for window in windows:
-        run = Path(summary.results_dir) / "runs" / window["name"]
-        [line] = (run / "logs" / "c8.jsonl").read_text().splitlines()
-        sent = json.loads(line)
-        lengths = loaded.for_run(window["prompts"])
-        # bench_serving counted exactly the file's lengths (the tiny tokenizer's words).
-        assert sent["total_input_tokens"] == sum(i for i, _ in lengths)
-        assert sent["total_output_tokens"] == sum(o for _, o in lengths)
-        rows = (run / "logs" / "c8-requests.jsonl").read_text().splitlines()
-        assert len(rows) == window["prompts"]
-        prompts.append({json.loads(r)["conversations"][0]["content"] for r in rows})
-        # New prompts of 50,000 words: nothing found in the flushed cache but chunk edges.
-        assert window["window"] is None or window["window"]["cached_share"] <= 0.01, window
-    assert not prompts[0] & prompts[1]  # each window's seed sends new prompts
+    with stub({}) as base_url, pytest.raises(FlushRefused, match="benchmark.prefix_sharing"):
+        flush_radix_cache(base_url, {})

@@ -5,8 +5,6 @@ scheduler refused the value)."""
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import yaml
@@ -18,6 +16,7 @@ from glm5svc.http_fetch import fetch_json
 from glm5svc.tune.live_knobs import LiveSetError, read_back, set_live
 from glm5svc.tune.space import Knob, Space, read_space_file
 from testkit.engine import start_engine
+from testkit.http_stub import stub
 
 CAP = "tuning.max_running_requests"
 
@@ -47,20 +46,8 @@ def test_a_cap_over_the_start_cap_is_refused_although_the_engine_says_updated(en
 
 
 def test_an_engine_without_the_endpoint_names_the_fix(tmp_path):
-    class NotFound(BaseHTTPRequestHandler):
-        def do_POST(self):  # noqa: N802 - http.server's name
-            self.send_error(404)
-
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), NotFound)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        with pytest.raises(LiveSetError, match="restart: true"):
-            set_live(f"http://127.0.0.1:{server.server_port}", {}, CAP, 8)
-    finally:
-        server.shutdown()
+    with stub({}) as base_url, pytest.raises(LiveSetError, match="restart: true"):
+        set_live(base_url, {}, CAP, 8)
 
 
 @given(
