@@ -345,7 +345,7 @@ class Search:
 
     def _start_spread(self) -> float:
         starts = self._start_records()
-        if len({s.setting for s in starts}) < 1 or len(starts) < 2:
+        if len(starts) < 2:
             return PRIOR_START_SPREAD
         return StartModel.fit(starts).sigma
 
