@@ -45,7 +45,7 @@ def test_each_window_sends_new_prompts_to_a_flushed_cache(
         assert window["window"]["duration_s"] >= 0.5
         # A window with more than 1 % of its prompt tokens cached is flagged, never counted
         # (a small vocabulary makes random-ids prompts collide, as the H200 testbed's 2048
-        # tokens did; the test tokenizer's 50,000 words keep them apart).
+        # tokens did; the test tokenizer's 151,936 words keep them apart).
         share = window["window"]["cached_share"]
         assert (window["flag"] is None) == (share <= 0.01), window
         assert (window["throughput"] is None) == (window["flag"] is not None)
