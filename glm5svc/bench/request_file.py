@@ -147,7 +147,7 @@ def _read(where: Path, key: str) -> str:
             )
         return where.read_bytes().decode("utf-8")
     except FileNotFoundError:
-        instead = "leave out --request-file" if key.startswith("--") else f"set {key}: null"
+        instead = f"leave out {key}" if key.startswith("--") else f"set {key}: null"
         raise ConfigError(
             f"{key}: {where} does not exist: write the recorded requests there ({FIX}), or "
             f"{instead} for the fixed input_len and output_len"

@@ -94,6 +94,11 @@ def test_tune_scenario_rehearsed_on_the_test_engine(tmp_path):
         GPU_LAB_TUNE_OUTPUT_LEN="16",
         GPU_LAB_TUNE_MIN_REPEATS="2",
         GPU_LAB_TUNE_MAX_REPEATS="2",
+        # Steady windows sized for the test engine: the H200's 10 s windows and 45 s of
+        # warm-up would not fit the rehearsal's budget on a loaded CI machine.
+        GPU_LAB_TUNE_WINDOW_S="2",
+        GPU_LAB_TUNE_WARMUP_MAX_S="8",
+        GPU_LAB_TUNE_WARMUP_TOLERANCE_PCT="20",
     )
     done = run_script(
         [sys.executable, "-m", "lab.gpu.remote", "tune", "--start", "before", "--budget", "150"],
