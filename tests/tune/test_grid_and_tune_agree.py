@@ -3,7 +3,7 @@ model: the grid starts each combination of the restart knobs once (a tune of one
 a one-combination space, every live cap measured in it); the tune searches the whole space
 from the configuration's settings. The model: a cap of 8 bounds 32 concurrent requests
 (about 2.8x by its step times), the flashinfer_cutlass MoE runner steps 0.9 / 1.1 of the
-triton runner's time (about +20 % with 200 ms steps)."""
+triton runner's time (about +20 % with 100 ms steps)."""
 
 from __future__ import annotations
 
@@ -32,10 +32,10 @@ def tune(config, space, run_dir, *extra):
 @pytest.mark.timeout(900)
 def test_the_tune_ends_on_the_grids_best(tmp_path, bench_python, tokenizer_dir):
     config = write_tune_config(tmp_path, bench_python, tokenizer_dir, "load=0.1")
-    # Steps of 200 ms: the model's sleeps, not a loaded CPU, set the runner's effect.
+    # Steps of 100 ms: the model's sleeps, not a loaded CPU, set the runner's effect.
     slow = yaml.safe_load(config.read_text())
     command = slow["server"]["command"]
-    command[command.index("--step-base-ms") + 1] = "200"
+    command[command.index("--step-base-ms") + 1] = "100"
     config.write_text(yaml.safe_dump(slow))
     grid = {}
     for runner in RUNNERS:
