@@ -38,8 +38,8 @@ from glm5svc.bench.runner import (
     ProgressCallback,
     done_message,
     failed_level,
+    reason_to_stop_before,
     run_level,
-    server_health,
 )
 from glm5svc.bench.steady import (
     SteadyWindow,
@@ -316,13 +316,8 @@ def run_steady_ladder(
     total = len(plan.ladder)
     levels: list[LevelResult] = []
     for index, concurrency in enumerate(plan.ladder):
-        if should_stop is not None and should_stop():
-            reason = f"asked to stop before concurrency {concurrency}"
-            emit(BenchEvent("stopped", concurrency, index, total, reason))
-            return levels, reason
-        healthy, why = server_health(plan)
-        if not healthy:
-            reason = f"server not healthy before concurrency {concurrency}: {why}"
+        reason = reason_to_stop_before(plan, concurrency, should_stop)
+        if reason is not None:
             emit(BenchEvent("stopped", concurrency, index, total, reason))
             return levels, reason
         emit(

@@ -245,13 +245,8 @@ def run_ladder(
     levels: list[LevelResult] = []
     raw_path = run_dir / RAW_LINES_FILE
     for index, concurrency in enumerate(plan.ladder):
-        if should_stop is not None and should_stop():
-            reason = f"asked to stop before concurrency {concurrency}"
-            emit(BenchEvent("stopped", concurrency, index, total, reason))
-            return levels, reason
-        healthy, why = server_health(plan)
-        if not healthy:
-            reason = f"server not healthy before concurrency {concurrency}: {why}"
+        reason = reason_to_stop_before(plan, concurrency, should_stop)
+        if reason is not None:
             emit(BenchEvent("stopped", concurrency, index, total, reason))
             return levels, reason
         prompts = plan.prompts_for(concurrency)
@@ -285,6 +280,18 @@ def run_ladder(
             return levels, reason
     emit(BenchEvent("finished", None, total, total, f"benchmark finished: {total} levels"))
     return levels, None
+
+
+def reason_to_stop_before(
+    plan: BenchPlan, concurrency: int, should_stop: Callable[[], bool] | None
+) -> str | None:
+    """Why the ladder stops before this level (asked to, or the server is not healthy)."""
+    if should_stop is not None and should_stop():
+        return f"asked to stop before concurrency {concurrency}"
+    healthy, why = server_health(plan)
+    if not healthy:
+        return f"server not healthy before concurrency {concurrency}: {why}"
+    return None
 
 
 def server_health(plan: BenchPlan, timeout: float = HEALTH_TIMEOUT_S) -> tuple[bool, str]:
