@@ -18,8 +18,10 @@ from dataclasses import dataclass
 from glm5svc.records import DrainReport
 
 DRAIN_POLL_S = 0.5
+DRAIN_FIRST_READ_S = 1.0
 WATCHDOG_ABORT_DRAIN_S = 2.0
 KILL_WAIT_S = 10.0
+LAUNCHER_REAP_WAIT_S = 5.0  # after its group emptied; a live launcher would still be in it
 
 
 class DrainStep(enum.Enum):
@@ -131,14 +133,41 @@ class Drain:
             processes_left=left,
         )
 
-    def summary(self, now: float, outcome: str, left: int) -> str:
+    def begin_text(self, drain_s: float, launcher_pid: int | None) -> str:
+        if drain_s > 0:
+            return (
+                f"received {self.signal_name}: draining; SIGTERM to the server's launcher (pid "
+                f"{launcher_pid}) only, which finishes the requests in flight and ends its "
+                f"own processes; SIGKILL to the group after {drain_s:g} s"
+            )
+        return (
+            f"received {self.signal_name}: stopping now, no drain (SIGKILL to the server's group)"
+        )
+
+    def kill_text(self, now: float, members: list[int]) -> str:
+        return (
+            f"drain time over after {now - self.started:.1f} s "
+            f"(service.drain_timeout_s); {_count(self.last_in_flight)} request(s) "
+            f"still in flight; SIGKILL to the server's process group {members}"
+        )
+
+    def summary(self, now: float, outcome: str, left: int, launcher_code: int | None) -> str:
         return (
             f"drain finished ({outcome}) in {now - self.started:.1f} s: requests in flight when "
             f"the stop came: {_count(self.in_flight_at_start)}, most seen while draining: "
             f"{_count(self.most_in_flight)}, at the last reading: "
-            f"{_count(self.last_in_flight)}"
+            f"{_count(self.last_in_flight)}; {_launcher_exit(launcher_code)}; "
+            f"processes left: {left}"
         )
 
 
 def _count(value: int | None) -> str:
     return "unknown" if value is None else str(value)
+
+
+def _launcher_exit(code: int | None) -> str:
+    if code is None:
+        return f"the launcher's exit status unknown (not reaped within {LAUNCHER_REAP_WAIT_S:g} s)"
+    if code < 0:
+        return f"the launcher ended by signal {-code}"
+    return f"the launcher exited with status {code}"

@@ -10,21 +10,20 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from glm5svc.child_group import live_group_members
 from glm5svc.config import Config
 from glm5svc.port_owners import holders
-from glm5svc.records import BenchmarkStatus, PlanSummary
 from glm5svc.serve.events import (
     DrainCounters,
+    EngineLine,
     HealthPassed,
     HealthProbed,
-    HookFinished,
+    OutputClosed,
     ReadinessChecked,
     SignalReceived,
 )
-from glm5svc.serve.phases import PRIORITY_WARNING
+from glm5svc.serve.phases import later_startup_phase, parse_line
 from glm5svc.serve.probes import EngineClient, ProbeResult
 from glm5svc.serve.process import EngineProcess
 from glm5svc.serve.state import SupervisorState
@@ -33,40 +32,42 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, si
 IGNORED_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2)
 
 
-@dataclass
-class PostReadyContext:
-    """What a post-READY hook (the post-start benchmark) gets."""
-
-    config: Config
-    engine_url: str
-    state: SupervisorState  # read only: the supervision loop is its only writer
-    stop_requested: threading.Event
-    log: Callable[[str], None]
-    sampler: object | None = None  # the service's GPU telemetry sampler, shared
-    launch_plan: PlanSummary | None = None  # the summary of the plan this service launched
-    api_key: str | None = None  # the key the service read once (for the hook's requests)
-
-
-# hook(context) -> what /status shows in "benchmark" and /metrics exports
-# (glm5svc.benchmark_gauges); its `degraded` marks the service degraded, not unready.
-# Exceptions are reported, never fatal.
-PostReadyHook = Callable[[PostReadyContext], BenchmarkStatus | None]
-
-
 class Reporters:
     def __init__(
-        self, events: queue.SimpleQueue, client: EngineClient, engine: EngineProcess, config
+        self,
+        events: queue.SimpleQueue,
+        client: EngineClient,
+        engine: EngineProcess,
+        config: Config,
+        sink,
+        state: SupervisorState,
     ):
         self.events = events
         self.client = client
         self.engine = engine
         self.config = config
+        self.sink = sink
+        self.state = state  # read only
+        self.output_closed = threading.Event()
 
     @staticmethod
     def start(target: Callable[[], None], name: str) -> threading.Thread:
         thread = threading.Thread(target=target, name=name, daemon=True)
         thread.start()
         return thread
+
+    def engine_line(self, line: str) -> None:
+        """The output reader's thread: relay the line to the journal, then report it."""
+        info = parse_line(line)
+        phase = self.state.phase
+        if not self.state.ready and info.phase and later_startup_phase(phase, info.phase):
+            phase = info.phase
+        self.sink.engine_line(info, phase.value, self.engine.pid)
+        self.events.put(EngineLine(info, time.monotonic()))
+
+    def output_ended(self) -> None:
+        self.output_closed.set()
+        self.events.put(OutputClosed(time.monotonic()))
 
     def readiness_check(self, own_ready_line: bool = False) -> None:
         """Is the port ours, does it answer, does it generate?"""
@@ -113,14 +114,6 @@ class Reporters:
     def drain_counters(self) -> None:
         counters = self.client.progress_counters(min(self.config.service.probe_timeout_s, 2.0))
         self.events.put(DrainCounters(counters, time.monotonic()))
-
-    def post_ready_hook(self, hook: PostReadyHook, context: PostReadyContext, log) -> None:
-        try:
-            result = hook(context)
-        except Exception as exc:  # a failed benchmark must not take the service down
-            result = BenchmarkStatus.failed(f"{type(exc).__name__}: {exc}")
-            log(f"post-start benchmark failed: {exc}", PRIORITY_WARNING)
-        self.events.put(HookFinished(result))
 
     def install_signal_handlers(self) -> None:
         def report(signum, frame):

@@ -14,8 +14,10 @@ SIGTERM to the whole group instead kills the scheduler at once and sglang cuts e
 request in flight. The group is SIGKILLed only after `service.drain_timeout_s`. How the
 run ended is recorded for the next start, preflight and tune (glm5svc.records LastRun).
 
-What the threads run is in serve/reporters.py, the events they report in serve/events.py,
-start-up's stall clock in serve/startup.py, the drain's bookkeeping in serve/drain.py.
+What the threads run is in serve/reporters.py (the post-start hook's in serve/post_ready.py),
+the events they report in serve/events.py, start-up's stall clock in serve/startup.py, the
+drain's bookkeeping in serve/drain.py; what the loop tells the journal and systemd goes
+through serve/announce.py, the last-run record through serve/run_record.py.
 
 Longer than 400 lines: one loop owns the state and makes every decision; its transitions
 (start, phases, readiness, health, watchdog, stop, endings) are one state machine, read
@@ -31,17 +33,21 @@ import threading
 import time
 from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
 
-from glm5svc.atomic_file import write_atomic
 from glm5svc.config import Config
 from glm5svc.errors import EXIT_CONFIG
-from glm5svc.json_output import now_utc
-from glm5svc.port_owners import holders
-from glm5svc.records import LAST_RUN_FILE, BenchmarkStatus, LastRun, PlanSummary, RecordError
+from glm5svc.records import BenchmarkStatus, PlanSummary
 from glm5svc.redaction import Redactor
+from glm5svc.serve.announce import Announcer
 from glm5svc.serve.diagnosis import EXIT_ENGINE_FAILED, diagnose, exit_status_for
-from glm5svc.serve.drain import Drain, DrainStep, drain_seconds, in_flight
+from glm5svc.serve.drain import (
+    DRAIN_FIRST_READ_S,
+    LAUNCHER_REAP_WAIT_S,
+    Drain,
+    DrainStep,
+    drain_seconds,
+    in_flight,
+)
 from glm5svc.serve.events import (
     DrainCounters,
     EngineLine,
@@ -49,36 +55,23 @@ from glm5svc.serve.events import (
     HealthPassed,
     HealthProbed,
     HookFinished,
-    OutputClosed,
     ReadinessChecked,
     SignalReceived,
 )
 from glm5svc.serve.notify import Notifier, child_environment
-from glm5svc.serve.phases import (
-    PRIORITY_ERR,
-    PRIORITY_INFO,
-    PRIORITY_WARNING,
-    Phase,
-    later_startup_phase,
-    parse_line,
-)
+from glm5svc.serve.phases import PRIORITY_ERR, PRIORITY_WARNING, Phase, later_startup_phase
+from glm5svc.serve.post_ready import PostReadyContext, PostReadyHook, start_post_ready
 from glm5svc.serve.probes import EngineClient, ProbeResult
 from glm5svc.serve.process import EngineProcess, become_subreaper
 from glm5svc.serve.relay import OutputReader
-from glm5svc.serve.reporters import (
-    IGNORED_SIGNALS,
-    PostReadyContext,
-    PostReadyHook,
-    Reporters,
-)
+from glm5svc.serve.reporters import IGNORED_SIGNALS, Reporters
+from glm5svc.serve.run_record import RunRecord
 from glm5svc.serve.startup import StartupClock
 from glm5svc.serve.state import SupervisorState
 
 LOOP_TICK_S = 0.1
 # Probes failing this many times in a row with no engine progress: out of rotation.
 UNRESPONSIVE_AFTER_FAILURES = 3
-DRAIN_FIRST_READ_S = 1.0
-LAUNCHER_REAP_WAIT_S = 5.0  # after its group emptied; a live launcher would still be in it
 # sglang logs the ready line at INFO: with a quieter --log-level it never appears.
 LOG_LEVELS_WITH_READY_LINE = ("debug", "info")
 
@@ -119,7 +112,6 @@ class Supervisor:
     ):
         self.config = config
         self.service = config.service
-        self.sink = sink
         self.notifier = notifier
         self.state = SupervisorState(self.service.wedge_window_s)
         self.state.launch_plan = launch.summary
@@ -129,17 +121,20 @@ class Supervisor:
         self.redactor = Redactor.for_service(
             launch.api_key, config.server.env, config.server.secret_env
         )
+        self.announce = Announcer(sink, notifier, self.redactor)
+        self.log = self.announce.log
+        self.run_record = RunRecord(self.service.results_dir, self.log)
         self.post_ready_hook = post_ready_hook
         self.telemetry_sampler = telemetry_sampler
         self.expect_ready_line = config.server.log_level in LOG_LEVELS_WITH_READY_LINE
         self.events: queue.SimpleQueue = queue.SimpleQueue()  # put() is signal-safe
         self.stop_requested = threading.Event()
         self.stop_signal: int | None = None
-        self.output_closed = threading.Event()
         self.reader: OutputReader | None = None
         self._timers = _Timers()
         self._startup = StartupClock(self.service, notifier, last_progress=time.monotonic())
-        self.reporters = Reporters(self.events, self.client, self.engine, config)
+        self.reporters = Reporters(self.events, self.client, self.engine, config, sink, self.state)
+        self.output_closed = self.reporters.output_closed
         self._drain: Drain | None = None
         self._drain_poll_thread: threading.Thread | None = None
         self._exit_status: int | None = None
@@ -147,14 +142,14 @@ class Supervisor:
     # ----- entry point -------------------------------------------------------------
 
     def run(self) -> int:
-        self.state.previous_run = self._read_last_run()
+        self.state.previous_run = self.run_record.read()
         self.reporters.install_signal_handlers()
         become_subreaper()
         try:
             return self._supervise()
         finally:
             self._end_group_on_exit()
-            self.notifier.status(self.state.status_text)
+            self.announce.status(self.state.status_text)
 
     def _supervise(self) -> int:
         try:
@@ -166,7 +161,7 @@ class Supervisor:
             )
             self._set_phase(Phase.FAILED, f"failed: {message}")
             self.log(message, PRIORITY_ERR)
-            self._write_last_run(EXIT_CONFIG, message)
+            self.run_record.write(self.state, EXIT_CONFIG, message)
             return EXIT_CONFIG
         now = time.monotonic()
         with self.state.lock:
@@ -178,8 +173,8 @@ class Supervisor:
         self._startup.progress(now, "starting the server", force=True)
         self.reader = OutputReader(
             self.engine.stdout_fd,
-            self._on_line,
-            self._on_eof,
+            self.reporters.engine_line,
+            self.reporters.output_ended,
             redact=self.redactor.redact,
             redact_cut=self.redactor.redact_cut,
         )
@@ -246,7 +241,7 @@ class Supervisor:
             self._serving_step(now)
         interval = self.notifier.watchdog_interval_s
         if interval and now >= self._timers.next_watchdog and not self.state.wedged:
-            self.notifier.watchdog()
+            self.announce.watchdog()
             self._timers.next_watchdog = now + interval
 
     # ----- start-up ----------------------------------------------------------------
@@ -268,8 +263,7 @@ class Supervisor:
 
     def _on_health_passed(self) -> None:
         if self.state.phase in (Phase.STARTING, Phase.LOADING, Phase.AUTOTUNE, Phase.WARMUP):
-            self._set_phase(Phase.CHECKING, "checking one real generation")
-            self.notifier.status("checking one real generation")
+            self._set_phase(Phase.CHECKING, "checking one real generation", status=True)
 
     def _on_readiness(self, event: ReadinessChecked) -> None:
         if self.state.ready or self._drain is not None or self.engine.poll() is not None:
@@ -292,7 +286,7 @@ class Supervisor:
             self.state.ready = True
             self.state.last_error = None
         self._set_phase(Phase.SERVING, "serving")
-        self.notifier.ready(f"serving (ready after {self.state.startup_seconds:.1f} s)")
+        self.announce.ready(f"serving (ready after {self.state.startup_seconds:.1f} s)")
         checks = f"{event.port.detail}; {event.health.detail}; {event.generation.detail}"
         self.log(f"ready after {self.state.startup_seconds:.1f} s: {checks}")
         self._timers.next_probe = time.monotonic() + self.service.probe_interval_s
@@ -308,9 +302,9 @@ class Supervisor:
         with self.state.lock:
             self.state.stopped_pids = stopped
         if stopped:
-            message = f"engine frozen: process(es) {stopped} stopped (SIGSTOP); not ready"
-            self.log(message, PRIORITY_ERR)
-            self.notifier.status(message)
+            self.announce.alarm(
+                f"engine frozen: process(es) {stopped} stopped (SIGSTOP); not ready"
+            )
         else:
             self.log("engine processes running again")
 
@@ -322,26 +316,22 @@ class Supervisor:
             with self.state.lock:
                 self.state.unresponsive = unresponsive
             if unresponsive:
-                message = (
+                self.announce.alarm(
                     f"engine unresponsive: {health.consecutive_failures} probes failed with no "
                     f"progress ({health.last_probe_error}); /readyz 503 until it recovers"
                 )
-                self.log(message, PRIORITY_ERR)
-                self.notifier.status(message)
         if wedged != self.state.wedged:
             with self.state.lock:
                 self.state.wedged = wedged
             if wedged:
-                message = (
+                self.announce.alarm(
                     f"engine wedged: probes failing and no progress for "
                     f"{self.service.wedge_window_s:g} s ({health.last_probe_error}); "
                     "withholding watchdog pings"
                 )
-                self.log(message, PRIORITY_ERR)
-                self.notifier.status(message)
             else:
                 self.log("engine progressing again")
-                self.notifier.status(self.state.status_text)
+                self.announce.status(self.state.status_text)
         if now >= self._timers.next_probe and not self._probe_in_flight():
             self._timers.next_probe = now + self.service.probe_interval_s
             self._start_probe(self.reporters.health_probe)
@@ -361,13 +351,12 @@ class Supervisor:
                 self.state.unresponsive = False
         if recovered:
             self.log("engine answering again: back in rotation")
-            self.notifier.status(self.state.status_text)
+            self.announce.status(self.state.status_text)
 
     def _start_post_ready_hook(self) -> None:
         with self.state.lock:
             self.state.benchmark_running = True
-        self._set_phase(Phase.BENCHMARKING, "benchmarking (post-start)")
-        self.notifier.status("benchmarking (post-start)")
+        self._set_phase(Phase.BENCHMARKING, "benchmarking (post-start)", status=True)
         context = PostReadyContext(
             self.config,
             self.client.base_url,
@@ -378,8 +367,7 @@ class Supervisor:
             self.state.launch_plan,
             self.client.api_key,
         )
-        hook = partial(self.reporters.post_ready_hook, self.post_ready_hook, context, self.log)
-        self.reporters.start(hook, "post-ready")
+        start_post_ready(self.post_ready_hook, context, self.events, self.log)
 
     def _on_hook_finished(self, result: BenchmarkStatus | None) -> None:
         with self.state.lock:
@@ -387,19 +375,9 @@ class Supervisor:
             self.state.benchmark_running = False
         if self._drain is None and self.state.ready:
             text = "serving" + (f" ({self.state.degraded_reason()})" if self.state.degraded else "")
-            self._set_phase(Phase.SERVING, text)
-            self.notifier.status(text)
+            self._set_phase(Phase.SERVING, text, status=True)
 
     # ----- log lines ---------------------------------------------------------------
-
-    def _on_line(self, line: str) -> None:
-        """Reader thread: relay the line, then report it to the loop."""
-        info = parse_line(line)
-        phase = self.state.phase
-        if not self.state.ready and info.phase and later_startup_phase(phase, info.phase):
-            phase = info.phase
-        self.sink.engine_line(info, phase.value, self.engine.pid)
-        self.events.put(EngineLine(info, time.monotonic()))
 
     def _on_engine_line(self, event: EngineLine) -> None:
         info, now = event.info, event.at
@@ -427,15 +405,11 @@ class Supervisor:
                 ):  # after our child's ready line a batch is a readiness check's, not progress
                     text = text or self.state.status_text
         if force:
-            self._announce_phase(phase, None)
+            self.announce.phase(phase, None)
         if text is not None:
             self._startup.progress(now, text, force=force)
         if info.fired_up and not self.state.ready:
             self._timers.next_probe = 0.0  # check readiness now
-
-    def _on_eof(self) -> None:
-        self.output_closed.set()
-        self.events.put(OutputClosed(time.monotonic()))
 
     # ----- endings -----------------------------------------------------------------
 
@@ -446,16 +420,11 @@ class Supervisor:
         self.output_closed.wait(2.0)  # let the reader pass on the last lines
         diagnoses = diagnose(self.reader.tail if self.reader else [])
         if any(d.signature.id == "engine-port-in-use" for d in diagnoses):
-            self._log_port_holders()
+            self.announce.port_holders(self.config.server.port)
         how = f"exit status {code}" if code >= 0 else f"signal {-code}"
         message = f"the server exited ({how}) while {self.state.phase.value}"
         status = exit_status_for(diagnoses) if diagnoses else EXIT_ENGINE_FAILED
         return self._fail(message, diagnoses, status, code)
-
-    def _log_port_holders(self) -> None:
-        port = self.config.server.port
-        for holder in holders(port):
-            self.log(f"port {port} is held by pid {holder.pid}: {holder.command}", PRIORITY_ERR)
 
     def _give_up(self, reason: str) -> int:
         result = self.engine.kill_group()
@@ -476,17 +445,8 @@ class Supervisor:
             self.state.last_error = message
         summary = diagnoses[0].signature.title if diagnoses else "no known failure signature"
         self._set_phase(Phase.FAILED, f"failed: {message}; {summary}")
-        self.log(message, PRIORITY_ERR)
-        for d in diagnoses:
-            self.log(d.render(), PRIORITY_ERR)
-        if not diagnoses:
-            self.log(
-                "diagnosis: no known failure signature in the server log; see the lines above",
-                PRIORITY_ERR,
-            )
-        if leftover != "empty":
-            self.log(f"server process group: {leftover}")
-        self._write_last_run(status, message)
+        self.announce.failure(message, diagnoses, leftover)
+        self.run_record.write(self.state, status, message)
         self.log(f"exiting with status {status}")
         return status
 
@@ -505,19 +465,10 @@ class Supervisor:
             self.state.drain = drain.report(now)
         text = f"draining (up to {drain_s:g} s)"
         self._set_phase(Phase.DRAINING, text)
-        self.notifier.stopping(text)
+        self.announce.stopping(text)
+        self.log(drain.begin_text(drain_s, self.engine.pid))
         if drain_s > 0:
-            self.log(
-                f"received {drain.signal_name}: draining; SIGTERM to the server's launcher (pid "
-                f"{self.engine.pid}) only, which finishes the requests in flight and ends its "
-                f"own processes; SIGKILL to the group after {drain_s:g} s"
-            )
             self.engine.signal_launcher(signal.SIGTERM)
-        else:
-            self.log(
-                f"received {drain.signal_name}: stopping now, no drain (SIGKILL to the "
-                "server's group)"
-            )
 
     def _drain_step(self, now: float) -> None:
         drain = self._drain
@@ -528,12 +479,7 @@ class Supervisor:
             case DrainStep.GIVE_UP:
                 self._exit_status = self._drained(now, survivors=members)
             case DrainStep.KILL:
-                self.log(
-                    f"drain time over after {now - drain.started:.1f} s "
-                    f"(service.drain_timeout_s); {_count(drain.last_in_flight)} request(s) "
-                    f"still in flight; SIGKILL to the server's process group {members}",
-                    PRIORITY_WARNING,
-                )
+                self.log(drain.kill_text(now, members), PRIORITY_WARNING)
                 self.engine.send_kill()
             case DrainStep.POLL:
                 self._drain_poll_thread = self.reporters.start(
@@ -547,8 +493,7 @@ class Supervisor:
         text = drain.counters(event.counters, event.at)
         if text is not None:
             self.log(text)
-            self._set_phase(Phase.DRAINING, text)
-            self.notifier.status(text)
+            self._set_phase(Phase.DRAINING, text, status=True)
         with self.state.lock:
             self.state.drain = drain.report(event.at)
 
@@ -564,13 +509,11 @@ class Supervisor:
         with self.state.lock:
             self.state.engine_exit_status = code
             self.state.drain = drain.report(now, outcome, left)
-        self.log(
-            f"{drain.summary(now, outcome, left)}; {_launcher_exit(code)}; processes left: {left}"
-        )
+        self.log(drain.summary(now, outcome, left, code))
         self._set_phase(Phase.STOPPED, f"stopped (server {outcome})")
         self.log(f"server stopped: {outcome}")
         status = EXIT_ENGINE_FAILED if drain.watchdog_abort or survivors else 0
-        self._write_last_run(status, f"stopped by {drain.signal_name}: {outcome}")
+        self.run_record.write(self.state, status, f"stopped by {drain.signal_name}: {outcome}")
         return status
 
     def _end_group_on_exit(self) -> None:
@@ -591,19 +534,14 @@ class Supervisor:
     def _probe_in_flight(self) -> bool:
         return _alive(self._timers.probe_thread)
 
-    def _set_phase(self, phase: Phase, text: str) -> None:
+    def _set_phase(self, phase: Phase, text: str, status: bool = False) -> None:
+        """The new phase into the state; announced when it changed, `status`: to systemd too."""
         changed = self.state.phase != phase
         self.state.set_phase(phase, text)
         if changed:
-            self._announce_phase(phase, text)
-
-    def _announce_phase(self, phase: Phase, text: str | None) -> None:
-        """Each new phase as a message of its own, so `journalctl -u glm5` shows it."""
-        detail = f" — {text}" if text and text != phase.value else ""
-        self.sink.message(f"phase: {phase.value}{detail}", PRIORITY_INFO, glm5_phase=phase.value)
-
-    def log(self, text: str, priority: int = 6) -> None:
-        self.sink.message(self.redactor.redact(text), priority)
+            self.announce.phase(phase, text)
+        if status:
+            self.announce.status(text)
 
     def _on_signal(self, signum: int) -> None:
         if signum == signal.SIGCHLD:
@@ -619,41 +557,6 @@ class Supervisor:
             self.stop_signal = signum
         self.stop_requested.set()
 
-    def _read_last_run(self) -> LastRun | None:
-        try:
-            return LastRun.read(self.service.results_dir)
-        except RecordError as exc:
-            self.log(f"the last run's record is unreadable: {exc}", PRIORITY_WARNING)
-            return None
-
-    def _write_last_run(self, status: int, message: str) -> None:
-        record = LastRun.following(
-            self.state.previous_run,
-            ended_at=now_utc(),
-            exit_status=status,
-            message=message,
-            diagnosis=tuple(self.state.diagnosis),
-            drain=self.state.drain,
-            kv_pool_tokens=self.state.kv_pool_tokens,
-        )
-        path = Path(self.service.results_dir) / LAST_RUN_FILE
-        try:
-            write_atomic(path, record.to_json(), mode=0o600)
-        except OSError as exc:
-            self.log(f"cannot record this run in {path}: {exc.strerror}", PRIORITY_WARNING)
-
 
 def _alive(thread: threading.Thread | None) -> bool:
     return thread is not None and thread.is_alive()
-
-
-def _count(value: int | None) -> str:
-    return "unknown" if value is None else str(value)
-
-
-def _launcher_exit(code: int | None) -> str:
-    if code is None:
-        return f"the launcher's exit status unknown (not reaped within {LAUNCHER_REAP_WAIT_S:g} s)"
-    if code < 0:
-        return f"the launcher ended by signal {-code}"
-    return f"the launcher exited with status {code}"
