@@ -31,6 +31,15 @@ class ReadinessChecked:
     generation: ProbeResult | None = None
     at: float = 0.0
 
+    @property
+    def failure(self) -> ProbeResult | None:
+        """The first check that failed; a missing generation check is one."""
+        checks = (self.health, self.port, self.generation)
+        failed = next((check for check in checks if check and not check.ok), None)
+        if failed is None and self.generation is None:
+            return ProbeResult(False, "no generation check")
+        return failed
+
 
 @dataclass(frozen=True)
 class HealthPassed:

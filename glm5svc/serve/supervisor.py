@@ -61,7 +61,7 @@ from glm5svc.serve.events import (
 from glm5svc.serve.notify import Notifier, child_environment
 from glm5svc.serve.phases import PRIORITY_ERR, PRIORITY_WARNING, Phase, later_startup_phase
 from glm5svc.serve.post_ready import PostReadyContext, PostReadyHook, start_post_ready
-from glm5svc.serve.probes import EngineClient, ProbeResult
+from glm5svc.serve.probes import EngineClient
 from glm5svc.serve.process import EngineProcess, become_subreaper
 from glm5svc.serve.relay import OutputReader
 from glm5svc.serve.reporters import IGNORED_SIGNALS, Reporters
@@ -256,9 +256,9 @@ class Supervisor:
         # Our own child's ready line first: another server answering on the port is not ours.
         if self.expect_ready_line and not self.state.engine_ready_line:
             return None
-        if now >= self._timers.next_probe and not self._probe_in_flight():
-            self._timers.next_probe = now + self.service.probe_interval_s
-            self._start_probe(partial(self.reporters.readiness_check, self.state.engine_ready_line))
+        self._probe_when_due(
+            now, partial(self.reporters.readiness_check, self.state.engine_ready_line)
+        )
         return None
 
     def _on_health_passed(self) -> None:
@@ -268,11 +268,7 @@ class Supervisor:
     def _on_readiness(self, event: ReadinessChecked) -> None:
         if self.state.ready or self._drain is not None or self.engine.poll() is not None:
             return
-        failed = next(
-            (r for r in (event.health, event.port, event.generation) if r and not r.ok), None
-        )
-        if failed is None and event.generation is None:
-            failed = ProbeResult(False, "no generation check")
+        failed = event.failure
         if failed is not None:
             with self.state.lock:
                 self.state.last_error = failed.detail
@@ -332,9 +328,7 @@ class Supervisor:
             else:
                 self.log("engine progressing again")
                 self.announce.status(self.state.status_text)
-        if now >= self._timers.next_probe and not self._probe_in_flight():
-            self._timers.next_probe = now + self.service.probe_interval_s
-            self._start_probe(self.reporters.health_probe)
+        self._probe_when_due(now, self.reporters.health_probe)
 
     def _on_health(self, event: HealthProbed) -> None:
         if self._drain is not None:
@@ -528,11 +522,11 @@ class Supervisor:
 
     # ----- helpers -----------------------------------------------------------------
 
-    def _start_probe(self, target) -> None:
-        self._timers.probe_thread = self.reporters.start(target, "engine-probe")
-
-    def _probe_in_flight(self) -> bool:
-        return _alive(self._timers.probe_thread)
+    def _probe_when_due(self, now: float, target) -> None:
+        """One probe thread at a time, every service.probe_interval_s."""
+        if now >= self._timers.next_probe and not _alive(self._timers.probe_thread):
+            self._timers.next_probe = now + self.service.probe_interval_s
+            self._timers.probe_thread = self.reporters.start(target, "engine-probe")
 
     def _set_phase(self, phase: Phase, text: str, status: bool = False) -> None:
         """The new phase into the state; announced when it changed, `status`: to systemd too."""
