@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from xdist.scheduler import LoadFileScheduling
 
 from testkit.engine import start_engine
 from testkit.parser_venv import profile_parser_pythons
@@ -35,7 +34,9 @@ def sglang_parser_pythons() -> dict[str, Path]:
 
 def _run_order(item: pytest.Item) -> int:
     """Longest first, so that under pytest-xdist (--dist loadfile, files in this order) the
-    Molecule scenarios start at once on separate workers and the short files fill in."""
+    Molecule scenarios start at once on separate workers and the short files fill in. A
+    scenario file's tests (one per Debian release, GLM5_MOLECULE_ALL_DISTROS=1) stay on one
+    worker, one after the other: they share the scenario's Molecule state and ports."""
     if item.get_closest_marker("lxc"):
         return 0
     if item.get_closest_marker("slow"):
@@ -66,19 +67,3 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if prewarm is not None and prewarm.poll() is None:
         os.killpg(prewarm.pid, signal.SIGTERM)  # builds are atomic: a later run resumes
         prewarm.wait(timeout=30)
-
-
-class FilesAndScenarioPlatforms(LoadFileScheduling):
-    """--dist loadfile, except that each test of a Molecule scenario file (one per platform)
-    is a unit of its own: the platforms of a scenario boot and converge in parallel."""
-
-    def _split_scope(self, nodeid: str) -> str:
-        if nodeid.split("::", 1)[0].endswith("_scenario.py"):
-            return nodeid
-        return super()._split_scope(nodeid)
-
-
-def pytest_xdist_make_scheduler(config: pytest.Config, log) -> LoadFileScheduling | None:
-    if config.getoption("dist") != "loadfile":
-        return None
-    return FilesAndScenarioPlatforms(config, log)

@@ -1,4 +1,7 @@
-"""glm5_gateway on a real Debian 13 system: `molecule test -s gateway`.
+"""glm5_gateway on a real Debian system: `molecule test -s gateway`.
+
+Debian 13 by default, or as MOLECULE_DISTRO says (GLM5_MOLECULE_ALL_DISTROS=1: Debian 12 and
+13, one test each).
 
 Check mode, converge (smg from PyPI in a venv, worker list from the inventory, API key in a
 0600 environment file), idempotence, then molecule/gateway/verify.yml: requests through the
@@ -11,14 +14,15 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.molecule_scenario import run_scenario, skip_reason
+from tests.support.molecule_scenario import run_scenario, scenario_distros, skip_reason
 
 pytestmark = [pytest.mark.slow, pytest.mark.lxc]
 
 
 @pytest.mark.timeout(600)
 @pytest.mark.skipif(skip_reason() is not None, reason=skip_reason() or "")
-def test_molecule_gateway_scenario():
+@pytest.mark.parametrize("distro", scenario_distros("trixie"))
+def test_molecule_gateway_scenario(distro):
     words = run_scenario(
         "gateway",
         (
@@ -28,5 +32,6 @@ def test_molecule_gateway_scenario():
             "Check the health-check and request families",
             "Check that none failed and the first engine served them all",
         ),
+        distro,
     )
     assert "idempotence: Executed: Successful" in words

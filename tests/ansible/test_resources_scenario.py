@@ -1,4 +1,7 @@
-"""glm5_host_lxc_resources on a real Debian 13 system: `molecule test -s resources`.
+"""glm5_host_lxc_resources on a real Debian system: `molecule test -s resources`.
+
+Debian 13 by default, or as MOLECULE_DISTRO says (GLM5_MOLECULE_ALL_DISTROS=1: Debian 12 and
+13, one test each).
 
 Check mode, converge, idempotence, then molecule/resources/verify.yml: two container configs
 line by line (mpN and raw mount entry, cores/memory, NUMA cpuset from a made-up sysfs,
@@ -10,14 +13,15 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.molecule_scenario import run_scenario, skip_reason
+from tests.support.molecule_scenario import run_scenario, scenario_distros, skip_reason
 
 pytestmark = [pytest.mark.slow, pytest.mark.lxc]
 
 
 @pytest.mark.timeout(600)
 @pytest.mark.skipif(skip_reason() is not None, reason=skip_reason() or "")
-def test_molecule_resources_scenario():
+@pytest.mark.parametrize("distro", scenario_distros("trixie"))
+def test_molecule_resources_scenario(distro):
     words = run_scenario(
         "resources",
         (
@@ -25,5 +29,6 @@ def test_molecule_resources_scenario():
             "Check the snapshot sections, the restart and the host directory",
             "Check read-only inside, the host's file visible, mounted ro",
         ),
+        distro,
     )
     assert "idempotence: Executed: Successful" in words

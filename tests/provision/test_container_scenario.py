@@ -1,6 +1,7 @@
-"""The container play on real Debian systems: `molecule test -s container`.
+"""The container play on a real Debian system: `molecule test -s container`.
 
-Boots Debian 12 and 13 with systemd in LXC, runs playbooks/glm5_container.yml against them
+Boots Debian 13 (the default) or Debian 12, as MOLECULE_DISTRO says (GLM5_MOLECULE_ALL_DISTROS=1:
+both, one test each), with systemd in LXC, runs playbooks/glm5_container.yml against it
 (stand-in NVIDIA repository, real sglang 0.5.10.post1 patched by the real patch engine, the
 test engine in place of sglang's server), checks idempotence, then molecule/container/
 verify.yml: glm5.service active (Type=notify, glm5svc as main process), /readyz, patches
@@ -14,14 +15,15 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.molecule_scenario import run_scenario, skip_reason
+from tests.support.molecule_scenario import run_scenario, scenario_distros, skip_reason
 
 pytestmark = [pytest.mark.slow, pytest.mark.lxc]
 
 
 @pytest.mark.timeout(1500)
 @pytest.mark.skipif(skip_reason() is not None, reason=skip_reason() or "")
-def test_molecule_container_scenario():
+@pytest.mark.parametrize("distro", scenario_distros("trixie"))
+def test_molecule_container_scenario(distro):
     words = run_scenario(
         "container",
         (
@@ -33,6 +35,7 @@ def test_molecule_container_scenario():
             "Look for engine processes after the stop",
             "Check the token's modes, its content and the failure message",
         ),
+        distro,
     )
     assert "idempotence: Executed: Successful" in words
     # The hub token the verify step sets is in none of Molecule's output.

@@ -11,8 +11,21 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
-EPHEMERAL_ROOT = Path.home() / ".cache" / "molecule" / "glm5svc-per-platform"
 TOOLS = ("lxc-start", "lxc-attach", "mmdebstrap", "gpg", "dpkg-scanpackages", "unshare")
+# The Debian releases a scenario's one platform can be (MOLECULE_DISTRO in its molecule.yml).
+DISTROS = ("bookworm", "trixie")
+
+
+def scenario_distros(default: str) -> tuple[str, ...]:
+    """The releases a scenario test runs for, one test each: all of them with
+    GLM5_MOLECULE_ALL_DISTROS=1, else MOLECULE_DISTRO where it is set, else the scenario's
+    default."""
+    if os.environ.get("GLM5_MOLECULE_ALL_DISTROS") == "1":
+        return DISTROS
+    distro = os.environ.get("MOLECULE_DISTRO") or default
+    if distro not in DISTROS:
+        raise ValueError(f"MOLECULE_DISTRO={distro!r}: the scenarios run on {', '.join(DISTROS)}")
+    return (distro,)
 
 
 def skip_reason() -> str | None:
@@ -25,24 +38,20 @@ def skip_reason() -> str | None:
     return None
 
 
-def run_scenario(name: str, expected_tasks: tuple[str, ...], platform: str | None = None) -> str:
-    """`molecule test -s NAME [--platform-name PLATFORM]`; asserts success and that every
-    expected task ran. Returns Molecule's log as plain words (it wraps and colours its output).
-
-    With `platform`, only that platform runs, with its own ephemeral directory, so the
-    platforms of one scenario can run at the same time in separate pytest workers."""
+def run_scenario(name: str, expected_tasks: tuple[str, ...], distro: str | None = None) -> str:
+    """`molecule test -s NAME` with MOLECULE_DISTRO=DISTRO (where given); asserts success and
+    that every expected task ran. Returns Molecule's log as plain words (it wraps and colours
+    its output)."""
     env = dict(os.environ, PATH=f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}")
     env["COLUMNS"] = "200"
-    only_platform: list[str] = []
-    if platform is not None:
-        only_platform = ["--platform-name", platform]
-        env["MOLECULE_EPHEMERAL_DIRECTORY"] = str(EPHEMERAL_ROOT / f"{name}-{platform}")
+    if distro is not None:
+        env["MOLECULE_DISTRO"] = distro
     subprocess.run(
         [sys.executable, str(REPO / "molecule" / "shared" / "fetch_collections.py")],
         cwd=REPO, env=env, check=True, capture_output=True,
     )  # fmt: skip
     done = subprocess.run(
-        [str(VENV_BIN / "molecule"), "test", "-s", name, *only_platform],
+        [str(VENV_BIN / "molecule"), "test", "-s", name],
         cwd=REPO, env=env, capture_output=True, text=True,
     )  # fmt: skip
     output = done.stdout + done.stderr
