@@ -56,7 +56,9 @@ RELEASE_TASKS = {
 
 @pytest.mark.timeout(1200)
 @pytest.mark.skipif(skip_reason() is not None, reason=skip_reason() or "")
-@pytest.mark.parametrize("distro", scenario_distros("bookworm"))
+# Each release has checks of its own (RELEASE_TASKS): both run by default, one after the
+# other on one worker (the runs share the scenario's ephemeral directory).
+@pytest.mark.parametrize("distro", scenario_distros("bookworm", "trixie"))
 def test_molecule_host_scenario(distro):
     words = run_scenario("host", COMMON_TASKS + RELEASE_TASKS[distro], distro)
     # The return code covers every step of the test sequence (idempotence included).
