@@ -30,8 +30,10 @@ class Announcer:
     def status(self, text: str) -> None:
         self.notifier.status(text)
 
-    def ready(self, text: str) -> None:
-        self.notifier.ready(text)
+    def ready(self, startup_seconds: float, checks: str) -> None:
+        """READY=1, and which checks passed."""
+        self.notifier.ready(f"serving (ready after {startup_seconds:.1f} s)")
+        self.log(f"ready after {startup_seconds:.1f} s: {checks}")
 
     def stopping(self, text: str) -> None:
         self.notifier.stopping(text)
@@ -43,6 +45,21 @@ class Announcer:
         """Something is wrong with the engine: the journal at ERR, and systemd's STATUS."""
         self.log(message, PRIORITY_ERR)
         self.notifier.status(message)
+
+    def frozen(self, stopped: list[int]) -> None:
+        self.alarm(f"engine frozen: process(es) {stopped} stopped (SIGSTOP); not ready")
+
+    def unresponsive(self, failures: int, last_error: str | None) -> None:
+        self.alarm(
+            f"engine unresponsive: {failures} probes failed with no "
+            f"progress ({last_error}); /readyz 503 until it recovers"
+        )
+
+    def wedged(self, window_s: float, last_error: str | None) -> None:
+        self.alarm(
+            f"engine wedged: probes failing and no progress for "
+            f"{window_s:g} s ({last_error}); withholding watchdog pings"
+        )
 
     def failure(self, message: str, diagnoses: list[Diagnosis], leftover: str) -> None:
         """Why the service gives up: the message, each known signature's cause and fix,

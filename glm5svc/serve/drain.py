@@ -67,9 +67,20 @@ class Drain:
     next_poll: float = 0.0
 
     @classmethod
-    def begin(cls, sig: int, now: float, drain_s: float, in_flight_now: int | None) -> Drain:
-        name = signal.Signals(sig).name
-        return cls(name, now, now + drain_s, in_flight_now, in_flight_now, in_flight_now)
+    def begin(
+        cls, sig: int, now: float, timeout_s: float, *, hopeless: bool, read_counters=None
+    ) -> Drain:
+        """A stop by `sig` at `now`, draining for `drain_seconds`; `read_counters(timeout)`
+        (given while serving) reads sglang's count in flight first, when it drains at all."""
+        drain_s = drain_seconds(sig, timeout_s, hopeless=hopeless)
+        count = None
+        if read_counters is not None and drain_s > 0:  # before sglang starts draining
+            count = in_flight(read_counters(DRAIN_FIRST_READ_S))
+        return cls(signal.Signals(sig).name, now, now + drain_s, count, count, count)
+
+    @property
+    def deadline_s(self) -> float:
+        return self.deadline - self.started
 
     @property
     def killed(self) -> bool:
@@ -124,7 +135,7 @@ class Drain:
         return DrainReport(
             signal=self.signal_name,
             seconds=round(now - self.started, 3),
-            deadline_s=round(self.deadline - self.started, 3),
+            deadline_s=round(self.deadline_s, 3),
             in_flight_at_start=self.in_flight_at_start,
             most_in_flight=self.most_in_flight,
             in_flight=self.last_in_flight,
@@ -133,12 +144,12 @@ class Drain:
             processes_left=left,
         )
 
-    def begin_text(self, drain_s: float, launcher_pid: int | None) -> str:
-        if drain_s > 0:
+    def begin_text(self, launcher_pid: int | None) -> str:
+        if self.deadline_s > 0:
             return (
                 f"received {self.signal_name}: draining; SIGTERM to the server's launcher (pid "
                 f"{launcher_pid}) only, which finishes the requests in flight and ends its "
-                f"own processes; SIGKILL to the group after {drain_s:g} s"
+                f"own processes; SIGKILL to the group after {self.deadline_s:g} s"
             )
         return (
             f"received {self.signal_name}: stopping now, no drain (SIGKILL to the server's group)"

@@ -3,7 +3,8 @@
 Each sign of progress (a new phase, a loading percentage, a progress bar that moved)
 resets the stall clock and, at most once a second, tells systemd to wait longer
 (EXTEND_TIMEOUT_USEC), with a margin so that glm5svc's own clear message comes first.
-The supervision loop asks `overdue` each turn and decides.
+The supervision loop asks `overdue` each turn and decides, and applies what `line_change`
+says a log line changes.
 """
 
 from __future__ import annotations
@@ -12,10 +13,23 @@ from dataclasses import dataclass, field
 
 from glm5svc.config import ServiceSection
 from glm5svc.serve.notify import Notifier
-from glm5svc.serve.phases import LineInfo
+from glm5svc.serve.phases import LineInfo, Phase, later_startup_phase
 
 EXTEND_MARGIN_S = 30.0
 EXTEND_MIN_INTERVAL_S = 1.0
+
+
+@dataclass(frozen=True)
+class LineChange:
+    """What one log line changes during start-up; the supervision loop applies it."""
+
+    phase: Phase | None = None  # the later start-up phase it opens
+    load_percent: int | None = None  # the new loading percentage
+    status_text: str | None = None  # the new status text
+    progress: str | None = None  # start-up moved: the text for EXTEND_TIMEOUT_USEC
+
+
+NO_CHANGE = LineChange()
 
 
 @dataclass
@@ -37,6 +51,29 @@ class StartupClock:
         previous = self.progress_percents.get(info.progress_label)
         self.progress_percents[info.progress_label] = info.progress_percent
         return previous != info.progress_percent
+
+    def line_change(
+        self,
+        info: LineInfo,
+        phase: Phase,
+        load_percent: int | None,
+        status_text: str,
+        ready_line_seen: bool,
+    ) -> LineChange:
+        """What `info` changes in `phase`; `ready_line_seen`: our child's ready line came."""
+        opens = info.phase if info.phase and later_startup_phase(phase, info.phase) else None
+        phase = opens or phase
+        text = opens.value if opens else None
+        if info.load_percent is not None and info.load_percent != load_percent:
+            text = f"loading weights {info.load_percent}%"
+            return LineChange(opens, info.load_percent, text, text)
+        if info.progress_label and self.bar_moved(info):
+            text = f"{phase.value}: {info.progress_label} {info.progress_percent}%"
+            return LineChange(opens, None, text, text)
+        # After our child's ready line a batch is a readiness check's, not progress.
+        if (info.startup_step or info.fired_up) and not (info.batch and ready_line_seen):
+            text = text or status_text
+        return LineChange(opens, progress=text)
 
     def overdue(self, now: float, started: float, phase: str, status: str) -> str | None:
         """Why start-up has taken too long (a stall, or past the total limit); None if not."""

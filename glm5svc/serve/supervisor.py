@@ -40,14 +40,7 @@ from glm5svc.records import BenchmarkStatus, PlanSummary
 from glm5svc.redaction import Redactor
 from glm5svc.serve.announce import Announcer
 from glm5svc.serve.diagnosis import EXIT_ENGINE_FAILED, diagnose, exit_status_for
-from glm5svc.serve.drain import (
-    DRAIN_FIRST_READ_S,
-    LAUNCHER_REAP_WAIT_S,
-    Drain,
-    DrainStep,
-    drain_seconds,
-    in_flight,
-)
+from glm5svc.serve.drain import LAUNCHER_REAP_WAIT_S, Drain, DrainStep
 from glm5svc.serve.events import (
     DrainCounters,
     EngineLine,
@@ -59,14 +52,14 @@ from glm5svc.serve.events import (
     SignalReceived,
 )
 from glm5svc.serve.notify import Notifier, child_environment
-from glm5svc.serve.phases import PRIORITY_ERR, PRIORITY_WARNING, Phase, later_startup_phase
+from glm5svc.serve.phases import PRIORITY_ERR, PRIORITY_WARNING, Phase
 from glm5svc.serve.post_ready import PostReadyContext, PostReadyHook, start_post_ready
 from glm5svc.serve.probes import EngineClient
 from glm5svc.serve.process import EngineProcess, become_subreaper
 from glm5svc.serve.relay import OutputReader
 from glm5svc.serve.reporters import IGNORED_SIGNALS, Reporters
 from glm5svc.serve.run_record import RunRecord
-from glm5svc.serve.startup import StartupClock
+from glm5svc.serve.startup import NO_CHANGE, StartupClock
 from glm5svc.serve.state import SupervisorState
 
 LOOP_TICK_S = 0.1
@@ -282,9 +275,8 @@ class Supervisor:
             self.state.ready = True
             self.state.last_error = None
         self._set_phase(Phase.SERVING, "serving")
-        self.announce.ready(f"serving (ready after {self.state.startup_seconds:.1f} s)")
         checks = f"{event.port.detail}; {event.health.detail}; {event.generation.detail}"
-        self.log(f"ready after {self.state.startup_seconds:.1f} s: {checks}")
+        self.announce.ready(self.state.startup_seconds, checks)
         self._timers.next_probe = time.monotonic() + self.service.probe_interval_s
         if self.post_ready_hook is not None:
             self._start_post_ready_hook()
@@ -298,9 +290,7 @@ class Supervisor:
         with self.state.lock:
             self.state.stopped_pids = stopped
         if stopped:
-            self.announce.alarm(
-                f"engine frozen: process(es) {stopped} stopped (SIGSTOP); not ready"
-            )
+            self.announce.frozen(stopped)
         else:
             self.log("engine processes running again")
 
@@ -312,19 +302,12 @@ class Supervisor:
             with self.state.lock:
                 self.state.unresponsive = unresponsive
             if unresponsive:
-                self.announce.alarm(
-                    f"engine unresponsive: {health.consecutive_failures} probes failed with no "
-                    f"progress ({health.last_probe_error}); /readyz 503 until it recovers"
-                )
+                self.announce.unresponsive(health.consecutive_failures, health.last_probe_error)
         if wedged != self.state.wedged:
             with self.state.lock:
                 self.state.wedged = wedged
             if wedged:
-                self.announce.alarm(
-                    f"engine wedged: probes failing and no progress for "
-                    f"{self.service.wedge_window_s:g} s ({health.last_probe_error}); "
-                    "withholding watchdog pings"
-                )
+                self.announce.wedged(self.service.wedge_window_s, health.last_probe_error)
             else:
                 self.log("engine progressing again")
                 self.announce.status(self.state.status_text)
@@ -374,34 +357,31 @@ class Supervisor:
     # ----- log lines ---------------------------------------------------------------
 
     def _on_engine_line(self, event: EngineLine) -> None:
-        info, now = event.info, event.at
-        text = None
-        force = False
+        info, change = event.info, NO_CHANGE
         with self.state.lock:
-            phase = self.state.phase
             if info.fired_up:
                 self.state.engine_ready_line = True
             if info.kv_pool_tokens is not None:
                 self.state.record_kv_pool(info.kv_pool_tokens)
             if not self.state.ready and self._drain is None:
-                if info.phase and later_startup_phase(phase, info.phase):
-                    self.state.set_phase(info.phase)
-                    phase, text, force = info.phase, info.phase.value, True
-                if info.load_percent is not None and info.load_percent != self.state.load_percent:
-                    self.state.load_percent = info.load_percent
-                    text = f"loading weights {info.load_percent}%"
-                    self.state.status_text = text
-                elif info.progress_label and self._startup.bar_moved(info):
-                    text = f"{phase.value}: {info.progress_label} {info.progress_percent}%"
-                    self.state.status_text = text
-                elif (info.startup_step or info.fired_up) and not (
-                    info.batch and self.state.engine_ready_line
-                ):  # after our child's ready line a batch is a readiness check's, not progress
-                    text = text or self.state.status_text
-        if force:
-            self.announce.phase(phase, None)
-        if text is not None:
-            self._startup.progress(now, text, force=force)
+                state = self.state
+                change = self._startup.line_change(
+                    info,
+                    state.phase,
+                    state.load_percent,
+                    state.status_text,
+                    state.engine_ready_line,
+                )
+                if change.phase:
+                    state.set_phase(change.phase)
+                if change.load_percent is not None:
+                    state.load_percent = change.load_percent
+                if change.status_text is not None:
+                    state.status_text = change.status_text
+        if change.phase:
+            self.announce.phase(change.phase, None)
+        if change.progress is not None:
+            self._startup.progress(event.at, change.progress, force=change.phase is not None)
         if info.fired_up and not self.state.ready:
             self._timers.next_probe = 0.0  # check readiness now
 
@@ -448,20 +428,19 @@ class Supervisor:
 
     def _begin_stop(self, sig: int, now: float) -> None:
         hopeless = self.state.wedged or self.state.unresponsive or bool(self.state.stopped_pids)
-        drain_s = drain_seconds(sig, self.service.drain_timeout_s, hopeless=hopeless)
-        count = None
-        if self.state.ready and drain_s > 0:  # sglang's own count, before it starts draining
-            count = in_flight(self.client.progress_counters(DRAIN_FIRST_READ_S))
-        drain = self._drain = Drain.begin(sig, now, drain_s, count)
+        read_counters = self.client.progress_counters if self.state.ready else None
+        drain = self._drain = Drain.begin(
+            sig, now, self.service.drain_timeout_s, hopeless=hopeless, read_counters=read_counters
+        )
         with self.state.lock:
             self.state.draining = True
             self.state.ready = False
             self.state.drain = drain.report(now)
-        text = f"draining (up to {drain_s:g} s)"
+        text = f"draining (up to {drain.deadline_s:g} s)"
         self._set_phase(Phase.DRAINING, text)
         self.announce.stopping(text)
-        self.log(drain.begin_text(drain_s, self.engine.pid))
-        if drain_s > 0:
+        self.log(drain.begin_text(self.engine.pid))
+        if drain.deadline_s > 0:
             self.engine.signal_launcher(signal.SIGTERM)
 
     def _drain_step(self, now: float) -> None:
