@@ -9,6 +9,7 @@ from __future__ import annotations
 from glm5svc.port_owners import holders
 from glm5svc.redaction import Redactor
 from glm5svc.serve.diagnosis import Diagnosis
+from glm5svc.serve.events import ReadinessChecked
 from glm5svc.serve.notify import Notifier
 from glm5svc.serve.phases import PRIORITY_ERR, PRIORITY_INFO, Phase
 
@@ -22,6 +23,10 @@ class Announcer:
     def log(self, text: str, priority: int = PRIORITY_INFO) -> None:
         self.sink.message(self.redactor.redact(text), priority)
 
+    def started(self, pid: int, argv: list[str]) -> None:
+        command = " ".join(self.redactor.redact(token) for token in argv)
+        self.log(f"started the server, pid {pid} (process group {pid}): {command}")
+
     def phase(self, phase: Phase, text: str | None) -> None:
         """Each new phase as a message of its own, so `journalctl -u glm5` shows it."""
         detail = f" — {text}" if text and text != phase.value else ""
@@ -30,9 +35,10 @@ class Announcer:
     def status(self, text: str) -> None:
         self.notifier.status(text)
 
-    def ready(self, startup_seconds: float, checks: str) -> None:
+    def ready(self, startup_seconds: float, checked: ReadinessChecked) -> None:
         """READY=1, and which checks passed."""
         self.notifier.ready(f"serving (ready after {startup_seconds:.1f} s)")
+        checks = f"{checked.port.detail}; {checked.health.detail}; {checked.generation.detail}"
         self.log(f"ready after {startup_seconds:.1f} s: {checks}")
 
     def stopping(self, text: str) -> None:

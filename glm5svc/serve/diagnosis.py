@@ -255,6 +255,14 @@ def diagnose(lines: Iterable[str]) -> list[Diagnosis]:
     return list(found.values())
 
 
+def cannot_start(program: str, exc: OSError) -> str:
+    """No interpreter or program there: restarting cannot help."""
+    return (
+        f"cannot start the server {program}: {exc.strerror or exc}; "
+        "check server.python (or server.command)"
+    )
+
+
 def exit_status_for(diagnoses: list[Diagnosis]) -> int:
     """78 when a restart cannot help (systemd's RestartPreventExitStatus), else 1."""
     if diagnoses and diagnoses[0].signature.needs_operator:

@@ -21,6 +21,9 @@ DRAIN_POLL_S = 0.5
 DRAIN_FIRST_READ_S = 1.0
 WATCHDOG_ABORT_DRAIN_S = 2.0
 KILL_WAIT_S = 10.0
+# The group can look empty a moment before the launcher can be reaped: a process's main
+# thread shows as a zombie while its other threads still tear down (sglang's launcher has
+# many), and waitpid answers only once the last one is gone.
 LAUNCHER_REAP_WAIT_S = 5.0  # after its group emptied; a live launcher would still be in it
 
 

@@ -14,9 +14,24 @@ from __future__ import annotations
 import signal
 import subprocess
 import threading
+from dataclasses import dataclass
 
 from glm5svc.child_group import KILL_WAIT_S, ChildGroup, spawn
 from glm5svc.parent_death import LIBC, PR_SET_CHILD_SUBREAPER
+from glm5svc.records import PlanSummary
+
+
+@dataclass(frozen=True)
+class Launch:
+    """What the supervisor starts: the launch plan's argv and environment, its summary and
+    warnings (for /status and the post-start benchmark's record), and the API key the
+    probes send."""
+
+    argv: list[str]
+    env: dict[str, str]
+    summary: PlanSummary | None = None
+    warnings: tuple[str, ...] = ()
+    api_key: str | None = None
 
 
 def become_subreaper() -> bool:

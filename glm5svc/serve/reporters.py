@@ -14,6 +14,7 @@ from collections.abc import Callable
 from glm5svc.child_group import live_group_members
 from glm5svc.config import Config
 from glm5svc.port_owners import holders
+from glm5svc.redaction import Redactor
 from glm5svc.serve.events import (
     DrainCounters,
     EngineLine,
@@ -26,6 +27,7 @@ from glm5svc.serve.events import (
 from glm5svc.serve.phases import later_startup_phase, parse_line
 from glm5svc.serve.probes import EngineClient, ProbeResult
 from glm5svc.serve.process import EngineProcess
+from glm5svc.serve.relay import OutputReader
 from glm5svc.serve.state import SupervisorState
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGABRT)
@@ -55,6 +57,16 @@ class Reporters:
         thread = threading.Thread(target=target, name=name, daemon=True)
         thread.start()
         return thread
+
+    def output_reader(self, redactor: Redactor) -> OutputReader:
+        """The thread that reads the engine's output (redacted) into `engine_line`."""
+        return OutputReader(
+            self.engine.stdout_fd,
+            self.engine_line,
+            self.output_ended,
+            redact=redactor.redact,
+            redact_cut=redactor.redact_cut,
+        )
 
     def engine_line(self, line: str) -> None:
         """The output reader's thread: relay the line to the journal, then report it."""

@@ -30,8 +30,9 @@ from glm5svc.serve.metrics import build_registry
 from glm5svc.serve.notify import Notifier
 from glm5svc.serve.phases import PRIORITY_ERR, PRIORITY_INFO, PRIORITY_WARNING
 from glm5svc.serve.post_ready import PostReadyHook
+from glm5svc.serve.process import Launch
 from glm5svc.serve.relay import choose_sink
-from glm5svc.serve.supervisor import Launch, Supervisor
+from glm5svc.serve.supervisor import Supervisor
 from glm5svc.telemetry import Sampler
 
 # /livez fails when the supervision loop has not turned for this long.

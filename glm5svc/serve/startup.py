@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from glm5svc.config import ServiceSection
 from glm5svc.serve.notify import Notifier
 from glm5svc.serve.phases import LineInfo, Phase, later_startup_phase
+from glm5svc.serve.state import SupervisorState
 
 EXTEND_MARGIN_S = 30.0
 EXTEND_MIN_INTERVAL_S = 1.0
@@ -75,8 +76,10 @@ class StartupClock:
             text = text or status_text
         return LineChange(opens, progress=text)
 
-    def overdue(self, now: float, started: float, phase: str, status: str) -> str | None:
+    def overdue(self, now: float, state: SupervisorState) -> str | None:
         """Why start-up has taken too long (a stall, or past the total limit); None if not."""
+        started = state.engine_started_mono or now
+        phase, status = state.phase.value, state.status_text
         stalled_for = now - self.last_progress
         if stalled_for > self.service.load_stall_timeout_s:
             return (

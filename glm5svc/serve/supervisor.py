@@ -14,10 +14,9 @@ SIGTERM to the whole group instead kills the scheduler at once and sglang cuts e
 request in flight. The group is SIGKILLed only after `service.drain_timeout_s`. How the
 run ended is recorded for the next start, preflight and tune (glm5svc.records LastRun).
 
-What the threads run is in serve/reporters.py (the post-start hook's in serve/post_ready.py),
-the events they report in serve/events.py, start-up's stall clock in serve/startup.py, the
-drain's bookkeeping in serve/drain.py; what the loop tells the journal and systemd goes
-through serve/announce.py, the last-run record through serve/run_record.py.
+The threads run serve/reporters.py and serve/post_ready.py and report serve/events.py;
+start-up's clock and what a log line changes are in serve/startup.py, the drain's
+bookkeeping in serve/drain.py, what the loop says in serve/announce.py (journal, systemd).
 
 Longer than 400 lines: one loop owns the state and makes every decision; its transitions
 (start, phases, readiness, health, watchdog, stop, endings) are one state machine, read
@@ -36,10 +35,10 @@ from functools import partial
 
 from glm5svc.config import Config
 from glm5svc.errors import EXIT_CONFIG
-from glm5svc.records import BenchmarkStatus, PlanSummary
+from glm5svc.records import BenchmarkStatus
 from glm5svc.redaction import Redactor
 from glm5svc.serve.announce import Announcer
-from glm5svc.serve.diagnosis import EXIT_ENGINE_FAILED, diagnose, exit_status_for
+from glm5svc.serve.diagnosis import EXIT_ENGINE_FAILED, cannot_start, diagnose, exit_status_for
 from glm5svc.serve.drain import LAUNCHER_REAP_WAIT_S, Drain, DrainStep
 from glm5svc.serve.events import (
     DrainCounters,
@@ -55,7 +54,7 @@ from glm5svc.serve.notify import Notifier, child_environment
 from glm5svc.serve.phases import PRIORITY_ERR, PRIORITY_WARNING, Phase
 from glm5svc.serve.post_ready import PostReadyContext, PostReadyHook, start_post_ready
 from glm5svc.serve.probes import EngineClient
-from glm5svc.serve.process import EngineProcess, become_subreaper
+from glm5svc.serve.process import EngineProcess, Launch, become_subreaper
 from glm5svc.serve.relay import OutputReader
 from glm5svc.serve.reporters import IGNORED_SIGNALS, Reporters
 from glm5svc.serve.run_record import RunRecord
@@ -67,19 +66,6 @@ LOOP_TICK_S = 0.1
 UNRESPONSIVE_AFTER_FAILURES = 3
 # sglang logs the ready line at INFO: with a quieter --log-level it never appears.
 LOG_LEVELS_WITH_READY_LINE = ("debug", "info")
-
-
-@dataclass(frozen=True)
-class Launch:
-    """What the supervisor starts: the launch plan's argv and environment, its summary and
-    warnings (for /status and the post-start benchmark's record), and the API key the
-    probes send."""
-
-    argv: list[str]
-    env: dict[str, str]
-    summary: PlanSummary | None = None
-    warnings: tuple[str, ...] = ()
-    api_key: str | None = None
 
 
 @dataclass
@@ -118,7 +104,6 @@ class Supervisor:
         self.log = self.announce.log
         self.run_record = RunRecord(self.service.results_dir, self.log)
         self.post_ready_hook = post_ready_hook
-        self.telemetry_sampler = telemetry_sampler
         self.expect_ready_line = config.server.log_level in LOG_LEVELS_WITH_READY_LINE
         self.events: queue.SimpleQueue = queue.SimpleQueue()  # put() is signal-safe
         self.stop_requested = threading.Event()
@@ -126,6 +111,12 @@ class Supervisor:
         self.reader: OutputReader | None = None
         self._timers = _Timers()
         self._startup = StartupClock(self.service, notifier, last_progress=time.monotonic())
+        self.post_ready_context = PostReadyContext(  # the hook's, once ready
+            config, self.client.base_url, self.state, self.stop_requested, self.log
+        )
+        self.post_ready_context.sampler = telemetry_sampler
+        self.post_ready_context.launch_plan = launch.summary
+        self.post_ready_context.api_key = launch.api_key
         self.reporters = Reporters(self.events, self.client, self.engine, config, sink, self.state)
         self.output_closed = self.reporters.output_closed
         self._drain: Drain | None = None
@@ -148,10 +139,7 @@ class Supervisor:
         try:
             pid = self.engine.start()
         except OSError as exc:  # no interpreter or program there: restarting cannot help
-            message = (
-                f"cannot start the server {self.engine.argv[0]}: {exc.strerror or exc}; "
-                "check server.python (or server.command)"
-            )
+            message = cannot_start(self.engine.argv[0], exc)
             self._set_phase(Phase.FAILED, f"failed: {message}")
             self.log(message, PRIORITY_ERR)
             self.run_record.write(self.state, EXIT_CONFIG, message)
@@ -161,16 +149,9 @@ class Supervisor:
             self.state.engine_pid = pid
             self.state.engine_started_mono = now
             self.state.engine_starts += 1
-        command = " ".join(self.redactor.redact(token) for token in self.engine.argv)
-        self.log(f"started the server, pid {pid} (process group {pid}): {command}")
+        self.announce.started(pid, self.engine.argv)
         self._startup.progress(now, "starting the server", force=True)
-        self.reader = OutputReader(
-            self.engine.stdout_fd,
-            self.reporters.engine_line,
-            self.reporters.output_ended,
-            redact=self.redactor.redact,
-            redact_cut=self.redactor.redact_cut,
-        )
+        self.reader = self.reporters.output_reader(self.redactor)
         self.reader.start()
         while self._exit_status is None:
             self._wait_and_handle_events()
@@ -240,10 +221,7 @@ class Supervisor:
     # ----- start-up ----------------------------------------------------------------
 
     def _startup_step(self, now: float) -> str | None:
-        started = self.state.engine_started_mono or now
-        overdue = self._startup.overdue(
-            now, started, self.state.phase.value, self.state.status_text
-        )
+        overdue = self._startup.overdue(now, self.state)
         if overdue:
             return overdue
         # Our own child's ready line first: another server answering on the port is not ours.
@@ -275,8 +253,7 @@ class Supervisor:
             self.state.ready = True
             self.state.last_error = None
         self._set_phase(Phase.SERVING, "serving")
-        checks = f"{event.port.detail}; {event.health.detail}; {event.generation.detail}"
-        self.announce.ready(self.state.startup_seconds, checks)
+        self.announce.ready(self.state.startup_seconds, event)
         self._timers.next_probe = time.monotonic() + self.service.probe_interval_s
         if self.post_ready_hook is not None:
             self._start_post_ready_hook()
@@ -296,21 +273,17 @@ class Supervisor:
 
     def _serving_step(self, now: float) -> None:
         health = self.state.health
-        wedged = health.wedged(now)
-        unresponsive = health.unresponsive(UNRESPONSIVE_AFTER_FAILURES)
-        if unresponsive != self.state.unresponsive:
-            with self.state.lock:
-                self.state.unresponsive = unresponsive
-            if unresponsive:
-                self.announce.unresponsive(health.consecutive_failures, health.last_probe_error)
-        if wedged != self.state.wedged:
-            with self.state.lock:
-                self.state.wedged = wedged
-            if wedged:
-                self.announce.wedged(self.service.wedge_window_s, health.last_probe_error)
-            else:
-                self.log("engine progressing again")
-                self.announce.status(self.state.status_text)
+        wedged, unresponsive = health.wedged(now), health.unresponsive(UNRESPONSIVE_AFTER_FAILURES)
+        with self.state.lock:
+            was_unresponsive, self.state.unresponsive = self.state.unresponsive, unresponsive
+            was_wedged, self.state.wedged = self.state.wedged, wedged
+        if unresponsive and not was_unresponsive:
+            self.announce.unresponsive(health.consecutive_failures, health.last_probe_error)
+        if wedged and not was_wedged:
+            self.announce.wedged(self.service.wedge_window_s, health.last_probe_error)
+        elif was_wedged and not wedged:
+            self.log("engine progressing again")
+            self.announce.status(self.state.status_text)
         self._probe_when_due(now, self.reporters.health_probe)
 
     def _on_health(self, event: HealthProbed) -> None:
@@ -334,17 +307,7 @@ class Supervisor:
         with self.state.lock:
             self.state.benchmark_running = True
         self._set_phase(Phase.BENCHMARKING, "benchmarking (post-start)", status=True)
-        context = PostReadyContext(
-            self.config,
-            self.client.base_url,
-            self.state,
-            self.stop_requested,
-            self.log,
-            self.telemetry_sampler,
-            self.state.launch_plan,
-            self.client.api_key,
-        )
-        start_post_ready(self.post_ready_hook, context, self.events, self.log)
+        start_post_ready(self.post_ready_hook, self.post_ready_context, self.events, self.log)
 
     def _on_hook_finished(self, result: BenchmarkStatus | None) -> None:
         with self.state.lock:
@@ -392,25 +355,19 @@ class Supervisor:
             self.state.engine_exit_status = code
             self.state.ready = False
         self.output_closed.wait(2.0)  # let the reader pass on the last lines
-        diagnoses = diagnose(self.reader.tail if self.reader else [])
+        diagnoses = self._diagnose()
         if any(d.signature.id == "engine-port-in-use" for d in diagnoses):
             self.announce.port_holders(self.config.server.port)
         how = f"exit status {code}" if code >= 0 else f"signal {-code}"
         message = f"the server exited ({how}) while {self.state.phase.value}"
-        status = exit_status_for(diagnoses) if diagnoses else EXIT_ENGINE_FAILED
-        return self._fail(message, diagnoses, status, code)
+        return self._fail(message, diagnoses, code)
 
     def _give_up(self, reason: str) -> int:
-        result = self.engine.kill_group()
-        diagnoses = diagnose(self.reader.tail if self.reader else [])
-        return self._fail(
-            f"giving up: {reason} (server process group: {result})",
-            diagnoses,
-            exit_status_for(diagnoses) if diagnoses else EXIT_ENGINE_FAILED,
-            self.engine.poll(),
-        )
+        message = f"giving up: {reason} (server process group: {self.engine.kill_group()})"
+        return self._fail(message, self._diagnose(), self.engine.poll())
 
-    def _fail(self, message: str, diagnoses, status: int, engine_code) -> int:
+    def _fail(self, message: str, diagnoses, engine_code) -> int:
+        status = exit_status_for(diagnoses)
         leftover = self.engine.kill_group()  # TGI's rule: one part gone, tear down all
         with self.state.lock:
             self.state.engine_exit_status = engine_code
@@ -472,9 +429,6 @@ class Supervisor:
 
     def _drained(self, now: float, survivors: list[int] | None = None) -> int:
         drain = self._drain
-        # The group can look empty a moment before the launcher can be reaped: a process's
-        # main thread shows as a zombie while its other threads still tear down (sglang's
-        # launcher has many), and waitpid answers only once the last one is gone.
         code = self.engine.poll() if survivors else self.engine.wait(LAUNCHER_REAP_WAIT_S)
         self.output_closed.wait(2.0)
         left = len(survivors or [])
@@ -500,6 +454,9 @@ class Supervisor:
             self.log(f"ended the server's process group on exit: {result}", PRIORITY_WARNING)
 
     # ----- helpers -----------------------------------------------------------------
+
+    def _diagnose(self):
+        return diagnose(self.reader.tail if self.reader else [])
 
     def _probe_when_due(self, now: float, target) -> None:
         """One probe thread at a time, every service.probe_interval_s."""
