@@ -53,15 +53,9 @@ class StartupClock:
         self.progress_percents[info.progress_label] = info.progress_percent
         return previous != info.progress_percent
 
-    def line_change(
-        self,
-        info: LineInfo,
-        phase: Phase,
-        load_percent: int | None,
-        status_text: str,
-        ready_line_seen: bool,
-    ) -> LineChange:
-        """What `info` changes in `phase`; `ready_line_seen`: our child's ready line came."""
+    def line_change(self, info: LineInfo, state: SupervisorState) -> LineChange:
+        """What `info` changes in start-up as `state` has it."""
+        phase, load_percent, status_text = state.phase, state.load_percent, state.status_text
         opens = info.phase if info.phase and later_startup_phase(phase, info.phase) else None
         phase = opens or phase
         text = opens.value if opens else None
@@ -72,7 +66,7 @@ class StartupClock:
             text = f"{phase.value}: {info.progress_label} {info.progress_percent}%"
             return LineChange(opens, None, text, text)
         # After our child's ready line a batch is a readiness check's, not progress.
-        if (info.startup_step or info.fired_up) and not (info.batch and ready_line_seen):
+        if (info.startup_step or info.fired_up) and not (info.batch and state.engine_ready_line):
             text = text or status_text
         return LineChange(opens, progress=text)
 

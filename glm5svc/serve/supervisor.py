@@ -161,14 +161,11 @@ class Supervisor:
     def _wait_and_handle_events(self) -> None:
         try:
             event = self.events.get(timeout=LOOP_TICK_S)
+            while True:
+                self._handle(event)
+                event = self.events.get_nowait()
         except queue.Empty:
             return
-        while True:
-            self._handle(event)
-            try:
-                event = self.events.get_nowait()
-            except queue.Empty:
-                return
 
     def _handle(self, event: Event) -> None:
         match event:
@@ -222,15 +219,11 @@ class Supervisor:
 
     def _startup_step(self, now: float) -> str | None:
         overdue = self._startup.overdue(now, self.state)
-        if overdue:
-            return overdue
         # Our own child's ready line first: another server answering on the port is not ours.
-        if self.expect_ready_line and not self.state.engine_ready_line:
-            return None
-        self._probe_when_due(
-            now, partial(self.reporters.readiness_check, self.state.engine_ready_line)
-        )
-        return None
+        if not overdue and (self.state.engine_ready_line or not self.expect_ready_line):
+            ready_line = self.state.engine_ready_line
+            self._probe_when_due(now, partial(self.reporters.readiness_check, ready_line))
+        return overdue
 
     def _on_health_passed(self) -> None:
         if self.state.phase in (Phase.STARTING, Phase.LOADING, Phase.AUTOTUNE, Phase.WARMUP):
@@ -327,20 +320,13 @@ class Supervisor:
             if info.kv_pool_tokens is not None:
                 self.state.record_kv_pool(info.kv_pool_tokens)
             if not self.state.ready and self._drain is None:
-                state = self.state
-                change = self._startup.line_change(
-                    info,
-                    state.phase,
-                    state.load_percent,
-                    state.status_text,
-                    state.engine_ready_line,
-                )
+                change = self._startup.line_change(info, self.state)
                 if change.phase:
-                    state.set_phase(change.phase)
+                    self.state.set_phase(change.phase)
                 if change.load_percent is not None:
-                    state.load_percent = change.load_percent
+                    self.state.load_percent = change.load_percent
                 if change.status_text is not None:
-                    state.status_text = change.status_text
+                    self.state.status_text = change.status_text
         if change.phase:
             self.announce.phase(change.phase, None)
         if change.progress is not None:
