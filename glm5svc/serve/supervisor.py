@@ -16,7 +16,8 @@ run ended is recorded for the next start, preflight and tune (glm5svc.records La
 
 The threads run serve/reporters.py and serve/post_ready.py and report serve/events.py;
 start-up's clock and what a log line changes are in serve/startup.py, the drain's
-bookkeeping in serve/drain.py, what the loop says in serve/announce.py (journal, systemd).
+bookkeeping in serve/drain.py; the loop speaks through serve/announce.py (journal,
+systemd) and records the run through serve/run_record.py. Each computes; the loop applies.
 
 Longer than 400 lines: one loop owns the state and makes every decision; its transitions
 (start, phases, readiness, health, watchdog, stop, endings) are one state machine, read
@@ -124,7 +125,6 @@ class Supervisor:
         self._exit_status: int | None = None
 
     # ----- entry point -------------------------------------------------------------
-
     def run(self) -> int:
         self.state.previous_run = self.run_record.read()
         self.reporters.install_signal_handlers()
@@ -216,7 +216,6 @@ class Supervisor:
             self._timers.next_watchdog = now + interval
 
     # ----- start-up ----------------------------------------------------------------
-
     def _startup_step(self, now: float) -> str | None:
         overdue = self._startup.overdue(now, self.state)
         # Our own child's ready line first: another server answering on the port is not ours.
@@ -251,8 +250,29 @@ class Supervisor:
         if self.post_ready_hook is not None:
             self._start_post_ready_hook()
 
-    # ----- serving -----------------------------------------------------------------
+    def _on_engine_line(self, event: EngineLine) -> None:
+        info, change = event.info, NO_CHANGE
+        with self.state.lock:
+            if info.fired_up:
+                self.state.engine_ready_line = True
+            if info.kv_pool_tokens is not None:
+                self.state.record_kv_pool(info.kv_pool_tokens)
+            if not self.state.ready and self._drain is None:
+                change = self._startup.line_change(info, self.state)
+                if change.phase:
+                    self.state.set_phase(change.phase)
+                if change.load_percent is not None:
+                    self.state.load_percent = change.load_percent
+                if change.status_text is not None:
+                    self.state.status_text = change.status_text
+        if change.phase:
+            self.announce.phase(change.phase, None)
+        if change.progress is not None:
+            self._startup.progress(event.at, change.progress, force=change.phase is not None)
+        if info.fired_up and not self.state.ready:
+            self._timers.next_probe = 0.0  # check readiness now
 
+    # ----- serving -----------------------------------------------------------------
     def _check_frozen(self) -> None:
         stopped = self.engine.stopped_members()
         if stopped == self.state.stopped_pids:
@@ -310,32 +330,7 @@ class Supervisor:
             text = "serving" + (f" ({self.state.degraded_reason()})" if self.state.degraded else "")
             self._set_phase(Phase.SERVING, text, status=True)
 
-    # ----- log lines ---------------------------------------------------------------
-
-    def _on_engine_line(self, event: EngineLine) -> None:
-        info, change = event.info, NO_CHANGE
-        with self.state.lock:
-            if info.fired_up:
-                self.state.engine_ready_line = True
-            if info.kv_pool_tokens is not None:
-                self.state.record_kv_pool(info.kv_pool_tokens)
-            if not self.state.ready and self._drain is None:
-                change = self._startup.line_change(info, self.state)
-                if change.phase:
-                    self.state.set_phase(change.phase)
-                if change.load_percent is not None:
-                    self.state.load_percent = change.load_percent
-                if change.status_text is not None:
-                    self.state.status_text = change.status_text
-        if change.phase:
-            self.announce.phase(change.phase, None)
-        if change.progress is not None:
-            self._startup.progress(event.at, change.progress, force=change.phase is not None)
-        if info.fired_up and not self.state.ready:
-            self._timers.next_probe = 0.0  # check readiness now
-
     # ----- endings -----------------------------------------------------------------
-
     def _engine_exited(self, code: int) -> int:
         with self.state.lock:  # out of rotation at once, before anything slower
             self.state.engine_exit_status = code
@@ -368,7 +363,6 @@ class Supervisor:
         return status
 
     # ----- stopping: sglang's own drain ----------------------------------------------
-
     def _begin_stop(self, sig: int, now: float) -> None:
         hopeless = self.state.wedged or self.state.unresponsive or bool(self.state.stopped_pids)
         read_counters = self.client.progress_counters if self.state.ready else None
@@ -440,7 +434,6 @@ class Supervisor:
             self.log(f"ended the server's process group on exit: {result}", PRIORITY_WARNING)
 
     # ----- helpers -----------------------------------------------------------------
-
     def _diagnose(self):
         return diagnose(self.reader.tail if self.reader else [])
 
@@ -469,8 +462,7 @@ class Supervisor:
             if signum == signal.SIGQUIT:
                 self._drain.cut(time.monotonic())
             return
-        if self.stop_signal is None:
-            self.stop_signal = signum
+        self.stop_signal = self.stop_signal or signum  # the first one counts
         self.stop_requested.set()
 
 
