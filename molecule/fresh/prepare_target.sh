@@ -49,3 +49,21 @@ Suites: /
 Signed-By: /etc/apt/keyrings/nvidia-cuda.asc
 S
 install -m 0755 "$here/files/systemctl.sh" "$ct/usr/local/bin/systemctl"
+# The container's /run is a tmpfs, as a real container's is: mounted at each boot of the
+# stand-in system, so its restart (the stand-in reboot) empties it.
+unit='var-lib-glm5\x2dstand\x2din-ct-200-rootfs-run.mount'
+cat > "$root/etc/systemd/system/$unit" <<U
+[Unit]
+Description=STAND-IN /run of container 200 (glm5svc tests only)
+
+[Mount]
+What=tmpfs
+Where=/var/lib/glm5-stand-in/ct/200/rootfs/run
+Type=tmpfs
+Options=mode=0755,nosuid,nodev
+
+[Install]
+WantedBy=local-fs.target
+U
+mkdir -p "$root/etc/systemd/system/local-fs.target.wants"
+ln -sf "../$unit" "$root/etc/systemd/system/local-fs.target.wants/$unit"

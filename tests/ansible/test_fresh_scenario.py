@@ -26,12 +26,15 @@ def test_molecule_fresh_scenario():
         (
             "Check the first run (REBOOT REQUIRED and why, no failed task, container created, "
             "no GPU lines yet)",
-            "Check the second run (no reboot needed, GPU lines in, the container started)",
+            "Check the second run (no reboot needed, GPU lines in, the container started, its "
+            "driver in)",
             "Check that the play stopped before any drain (nothing stopped, the host untouched)",
             "Check the rescue (play stopped, host back on the old release, glm5.service running "
             "on it)",
             "Check the upgrade (both modules and the container's packages at the new release, "
             "service started)",
             "Check that a run with nothing to upgrade stops nothing",
+            "Check the container (running, GPU lines, driver, glm5.service, /run emptied by the "
+            "reboot)",
         ),
     )
