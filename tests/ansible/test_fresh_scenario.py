@@ -1,12 +1,14 @@
 """site.yml on a fresh stand-in Proxmox host, then the driver upgrade: `molecule test -s fresh`.
 
 One platform (MOLECULE_DISTRO, trixie by default). The first site.yml run ends with REBOOT
-REQUIRED and no failed task (nouveau holds a GPU, the driver is new, container 200 is
-created); the stand-in system restarts; the second run writes the GPU lines and starts the
-container. The upgrade play stops before any drain when the container's repository lacks the
-release, rescues a DKMS build failure back to the old release with glm5.service running,
-moves host and container to the new release, and stops nothing when run again
-(molecule/fresh/converge.yml). Needs root, LXC, mmdebstrap, gpg and dpkg-dev.
+REQUIRED and no failed task (nouveau holds a GPU, the driver is new, container 200 is created);
+the stand-in system restarts; the second run writes the GPU lines, starts the container and runs
+the container play in it through the host (its user-space driver at the host's release). The
+upgrade play stops before any drain when the container's repository lacks the release, rescues a
+DKMS build failure back to the old release with glm5.service running, moves host and container
+to the new release, and stops nothing when run again (molecule/fresh/converge.yml). Verify finds
+the container running with its GPU lines, driver and glm5.service, its /run emptied by the
+restart (verify.yml). Needs root, LXC, mmdebstrap, gpg and dpkg-dev.
 """
 
 from __future__ import annotations
