@@ -82,6 +82,15 @@ class EngineHealth:
         )
 
 
+@dataclass(frozen=True)
+class HealthChange:
+    """What a fresh reading of the probes changed, for the loop to announce."""
+
+    unresponsive: bool = False  # just went out of rotation
+    wedged: bool = False  # just counted as wedged
+    progressing: bool = False  # was wedged, is not any more
+
+
 class SupervisorState:
     def __init__(self, wedge_window_s: float):
         self.lock = threading.RLock()
@@ -126,6 +135,33 @@ class SupervisorState:
         with self.lock:
             self.phase = phase
             self.status_text = text or phase.value
+
+    def update_health(self, now: float, unresponsive_after: int) -> HealthChange:
+        """The wedged and unresponsive flags read again from the probes."""
+        wedged, unresponsive = self.health.wedged(now), self.health.unresponsive(unresponsive_after)
+        with self.lock:
+            was_unresponsive, self.unresponsive = self.unresponsive, unresponsive
+            was_wedged, self.wedged = self.wedged, wedged
+        return HealthChange(
+            unresponsive=unresponsive and not was_unresponsive,
+            wedged=wedged and not was_wedged,
+            progressing=was_wedged and not wedged,
+        )
+
+    def record_health_probe(
+        self, ok: bool, detail: str, at: float, counters_around: tuple, unresponsive_after: int
+    ) -> bool:
+        """A serving probe's result between the counters read before and after it; True when
+        it brings an unresponsive engine back into rotation."""
+        before, after = counters_around
+        with self.lock:
+            self.health.record_counters(before, at)
+            self.health.record_probe(ok, detail, at)
+            self.health.record_counters(after, at)
+            recovered = self.unresponsive and not self.health.unresponsive(unresponsive_after)
+            if recovered:
+                self.unresponsive = False
+        return recovered
 
     def record_kv_pool(self, tokens: int) -> None:
         """Each rank prints its pool; requests fit only in the smallest."""

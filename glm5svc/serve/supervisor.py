@@ -286,33 +286,21 @@ class Supervisor:
 
     def _serving_step(self, now: float) -> None:
         health = self.state.health
-        wedged, unresponsive = health.wedged(now), health.unresponsive(UNRESPONSIVE_AFTER_FAILURES)
-        with self.state.lock:
-            was_unresponsive, self.state.unresponsive = self.state.unresponsive, unresponsive
-            was_wedged, self.state.wedged = self.state.wedged, wedged
-        if unresponsive and not was_unresponsive:
+        change = self.state.update_health(now, UNRESPONSIVE_AFTER_FAILURES)
+        if change.unresponsive:
             self.announce.unresponsive(health.consecutive_failures, health.last_probe_error)
-        if wedged and not was_wedged:
+        if change.wedged:
             self.announce.wedged(self.service.wedge_window_s, health.last_probe_error)
-        elif was_wedged and not wedged:
+        elif change.progressing:
             self.log("engine progressing again")
             self.announce.status(self.state.status_text)
         self._probe_when_due(now, self.reporters.health_probe)
 
     def _on_health(self, event: HealthProbed) -> None:
-        if self._drain is not None:
-            return
-        with self.state.lock:
-            health = self.state.health
-            health.record_counters(event.counters_before, event.at)
-            health.record_probe(event.result.ok, event.result.detail, event.at)
-            health.record_counters(event.counters_after, event.at)
-            recovered = self.state.unresponsive and not health.unresponsive(
-                UNRESPONSIVE_AFTER_FAILURES
-            )
-            if recovered:
-                self.state.unresponsive = False
-        if recovered:
+        if self._drain is None and self.state.record_health_probe(
+            event.result.ok, event.result.detail, event.at,
+            (event.counters_before, event.counters_after), UNRESPONSIVE_AFTER_FAILURES,
+        ):  # fmt: skip
             self.log("engine answering again: back in rotation")
             self.announce.status(self.state.status_text)
 
