@@ -162,34 +162,29 @@ def scenario_service(out: Path, env: dict[str, str], deadline: Deadline, results
     sampler.join(timeout=60)
     results["under_load"] = under_load
 
-    # glm5svc bench over a ladder, telemetry per level.
+    # glm5svc bench over a ladder, telemetry per level: 10 s steady windows and at most
+    # 40 s of warm-up a level, so two levels fit beside the rest of the scenario.
     if deadline.left() > 300:
-        ladder = run_glm5svc(
-            config,
-            env,
-            "bench",
-            "--python",
-            BENCH_PYTHON,
-            "--ladder",
-            "16",
-            "32",
-            "64",
-            "128",
-            "--input-len",
-            "256",
-            "--output-len",
-            "128",
-            "--num-prompts",
-            "256",
-            "--json",
-            timeout=min(200, deadline.left() - 100),
-        )
-        (recorded / "glm5svc-bench.txt").write_text(ladder.stdout[-20000:] + ladder.stderr[-20000:])
-        results["ladder"] = {"exit": ladder.returncode}
+        settings = yaml.safe_load(config.read_text())
+        settings["benchmark"].update(window_s=10, warmup_max_s=40)
+        ladder_config = out / "h200-ladder.yaml"
+        ladder_config.write_text(yaml.safe_dump(settings, sort_keys=False))
+        ladder_args = ("--ladder", "16", "64", "--input-len", "256", "--output-len", "128")
         try:
-            results["ladder"]["summary"] = json.loads(ladder.stdout)
+            ladder = run_glm5svc(
+                ladder_config, env, "bench", "--python", BENCH_PYTHON, *ladder_args, "--json",
+                timeout=min(240, deadline.left() - 200),
+            )  # fmt: skip
+            stdout, stderr = ladder.stdout, ladder.stderr
+            results["ladder"] = {"exit": ladder.returncode}
+        except subprocess.TimeoutExpired as expired:
+            stdout, stderr = as_text(expired.stdout), as_text(expired.stderr)
+            results["ladder"] = {"exit": "timeout", "timeout_s": expired.timeout}
+        (recorded / "glm5svc-bench.txt").write_text(stdout[-20000:] + stderr[-20000:])
+        try:
+            results["ladder"]["summary"] = json.loads(stdout)
         except json.JSONDecodeError:
-            results["ladder"]["tail"] = (ladder.stdout + ladder.stderr)[-3000:]
+            results["ladder"]["tail"] = (stdout + stderr)[-3000:]
 
     # Supervision cost: the same workload against both, alternating which goes first.
     ratio_runs = []
@@ -416,6 +411,22 @@ SCENARIOS = {
 }
 
 
+def as_text(captured: bytes | str | None) -> str:
+    """What a timed-out subprocess.run had captured (bytes there, even with text=True)."""
+    if isinstance(captured, bytes):
+        return captured.decode(errors="replace")
+    return captured or ""
+
+
+def kill_started_groups() -> None:
+    for group in sorted(STARTED_GROUPS):
+        try:
+            os.killpg(group, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    STARTED_GROUPS.clear()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="real-engine scenarios on the GPU machine")
     parser.add_argument("scenarios", nargs="+", choices=sorted(SCENARIOS))
@@ -450,12 +461,9 @@ def main() -> None:
             except Exception as err:  # noqa: BLE001 - the run must still write what it saw
                 results[name]["error"] = f"{type(err).__name__}: {err}"
                 log(f"{name} failed: {err!r}")
+                kill_started_groups()  # the next scenario needs the ports and the GPU
     finally:
-        for group in STARTED_GROUPS:
-            try:
-                os.killpg(group, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+        kill_started_groups()
         (out / "results.json").write_text(json.dumps(results, indent=2, default=str))
         recorded = out / "recorded"
         if recorded.exists():
