@@ -39,6 +39,8 @@ NVLS_OFF = {
 }
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 FIRED_UP = "The server is fired up and ready to roll!"
+KV_POOL_ALLOCATED = "KV Cache is allocated"
+_KV_POOL = re.compile(r"KV Cache is allocated\. #tokens: (\d+)")
 ENGINE_PORT, BARE_PORT, LISTEN_PORT = 30000, 30001, 9400
 # A CPU rehearsal (tests) swaps the engine and bench_serving's interpreter:
 # GPU_LAB_ENGINE="python testkit/sglang_test_engine.py", GPU_LAB_BENCH_PYTHON=<venv python>.
@@ -191,6 +193,15 @@ class Process:
 # Every process group this run started (servers and the engines they start), so that the
 # end of a run kills exactly these and nothing else on the machine.
 STARTED_GROUPS: set[int] = set()
+
+
+def kv_pool_tokens(process: Process) -> int | None:
+    """The token count of the KV pool the server allocated, from its log."""
+    for _, line in list(process.lines):
+        match = _KV_POOL.search(line)
+        if match:
+            return int(match.group(1))
+    return None
 
 
 def engine_group(process: Process) -> int | None:

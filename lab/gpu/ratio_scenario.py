@@ -23,7 +23,6 @@ import json
 import math
 import os
 import queue
-import re
 import shutil
 import signal
 import statistics
@@ -49,6 +48,7 @@ from lab.gpu.common import (
     bench_figures,
     bench_serving_args,
     glm5svc_argv,
+    kv_pool_tokens,
     log,
     plan_launch,
     stop_gracefully,
@@ -73,7 +73,6 @@ MAX_PAIRS = int(os.environ.get("GPU_LAB_RATIO_MAX_PAIRS", "200"))
 MIN_PAIRS = 2 * len(CONCURRENCIES)
 TARGET_HALF_WIDTH = 0.01
 STOP_RESERVE_S = 50.0  # for stopping both servers (20 s each at most) and the drivers
-KV_POOL = re.compile(r"KV Cache is allocated\. #tokens: (\d+)")
 # Two-sided 95 % Student's t quantiles for 1..30 degrees of freedom.
 T_975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201,
          2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074,
@@ -210,14 +209,6 @@ def write_ratio_config(dest: Path, model_dir: Path, results_dir: Path) -> Path:
     return dest
 
 
-def kv_pool(process: Process) -> int | None:
-    for _, line in list(process.lines):
-        match = KV_POOL.search(line)
-        if match:
-            return int(match.group(1))
-    return None
-
-
 def wait_started(bare: Process, serve: Process, notify: NotifySocket, wait: Deadline) -> dict:
     while not wait.expired():
         done_bare = bare.first_time(FIRED_UP) is not None or bare.proc.poll() is not None
@@ -276,7 +267,7 @@ def measure(out, deadline, results, model_dir, bare, serve, notify, drivers, rec
     start_wait = Deadline(max(10, min(420, deadline.left() - STOP_RESERVE_S - 60)))
     results["start"] = wait_started(bare, serve, notify, start_wait)
     log(f"ratio start: {results['start']}")
-    pools = {"bare": kv_pool(bare), "serve": kv_pool(serve)}
+    pools = {"bare": kv_pool_tokens(bare), "serve": kv_pool_tokens(serve)}
     results["kv_pool_tokens"] = pools
     results["same_kv_pool"] = pools["bare"] is not None and pools["bare"] == pools["serve"]
     if not (results["start"]["bare_fired_up_s"] and results["start"]["serve_ready_s"]):

@@ -49,6 +49,7 @@ from lab.gpu.common import (
     BENCH_PYTHON,
     ENGINE_PORT,
     FIRED_UP,
+    KV_POOL_ALLOCATED,
     LAB,
     LISTEN_PORT,
     MODELS,
@@ -63,6 +64,7 @@ from lab.gpu.common import (
     engine_group,
     glm5svc_argv,
     http_get,
+    kv_pool_tokens,
     log,
     machine_facts,
     plan_launch,
@@ -99,9 +101,14 @@ def scenario_service(out: Path, env: dict[str, str], deadline: Deadline, results
     notify = NotifySocket(out / "notify.sock")
     serve_env = dict(env, NOTIFY_SOCKET=str(notify.path))
     serve_argv = glm5svc_argv(config, "serve")
-    serve = Process("serve", serve_argv, serve_env, recorded)
     bare_argv, bare_env = plan_launch(config, env, BARE_PORT)
     bare = Process("bare", bare_argv, bare_env, recorded)
+    # sglang sizes its KV pool as mem_fraction_static of the memory free before its own
+    # weights load, less what is used by then: a server whose pre-load reading comes before
+    # the other's pool is allocated and whose post-load reading comes after gets a negative
+    # pool ("Not enough memory"). So serve starts once bare's pool is allocated.
+    bare.wait_for(KV_POOL_ALLOCATED, Deadline(min(200, deadline.left())))
+    serve = Process("serve", serve_argv, serve_env, recorded)
     fired_bare = bare.wait_for(FIRED_UP, Deadline(min(300, deadline.left())))
     fired_serve = serve.wait_for(FIRED_UP, Deadline(min(120, deadline.left())))
     ready_deadline = Deadline(min(60, deadline.left()))
@@ -117,6 +124,7 @@ def scenario_service(out: Path, env: dict[str, str], deadline: Deadline, results
         "serve_fired_up_s": fired_serve and round(fired_serve - serve.started, 1),
         "serve_ready_s": ready and round(ready - serve.started, 1),
         "ready_after_fired_up_s": (ready and fired_serve) and round(ready - fired_serve, 3),
+        "kv_pool_tokens": {p.name: kv_pool_tokens(p) for p in (bare, serve)},
     }
     log(f"start: {results['start']}")
     if not (fired_bare and ready):
@@ -124,6 +132,7 @@ def scenario_service(out: Path, env: dict[str, str], deadline: Deadline, results
         for p in (serve, bare):
             p.kill_group()
             p.finish(timeout=5)
+            results[f"{p.name}_log_tail"] = [line for _, line in p.lines[-60:]]
         return
 
     status, text, _ = http_get(f"http://127.0.0.1:{ENGINE_PORT}/metrics")
