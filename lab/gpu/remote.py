@@ -6,9 +6,9 @@ scenario has a hard deadline well inside the device tool's 10 minutes per comman
 writes results.json whatever happens, plus one .tar.gz of the logs and recordings.
 
 Scenarios:
-- service: a bare sglang server and `glm5svc serve` side by side on one GPU (same argv,
-  other ports), interleaved bench_serving runs (the supervision cost as a ratio from one
-  run), READY latency after the engine's "fired up" line, recordings (/metrics text,
+- service: a bare sglang server and `glm5svc serve` started on one GPU (same argv, other
+  ports; serve once bare's KV pool is allocated), their start times and READY after the
+  engine's "fired up" line, then bare stopped; recordings (/metrics text,
   /health_generate under load, server logs, bench_serving output), `glm5svc bench`
   over a ladder with telemetry, the drain under load, kill -9 of the scheduler under
   load, `glm5svc preflight` with the H200 configuration.
@@ -135,10 +135,13 @@ def scenario_service(out: Path, env: dict[str, str], deadline: Deadline, results
             results[f"{p.name}_log_tail"] = [line for _, line in p.lines[-60:]]
         return
 
+    # The bare server was for the start comparison; the supervision cost is the ratio
+    # scenario's, by pairs of runs. serve has the GPU to itself from here.
+    results["bare_stop"] = stop_gracefully(bare, 60)
+
     status, text, _ = http_get(f"http://127.0.0.1:{ENGINE_PORT}/metrics")
     (recorded / "metrics-idle.txt").write_text(text)
     engine = f"http://127.0.0.1:{ENGINE_PORT}"
-    bare_url = f"http://127.0.0.1:{BARE_PORT}"
     bench_file = recorded / "bench_serving.jsonl"
 
     # Recordings under load: /metrics and /health_generate while bench_serving runs.
@@ -179,42 +182,28 @@ def scenario_service(out: Path, env: dict[str, str], deadline: Deadline, results
         ladder_config = out / "h200-ladder.yaml"
         ladder_config.write_text(yaml.safe_dump(settings, sort_keys=False))
         ladder_args = ("--ladder", "16", "64", "--input-len", "256", "--output-len", "128")
+        summary_path, log_path = recorded / "glm5svc-bench.json", recorded / "glm5svc-bench.log"
+        timeout = min(300, deadline.left() - 120)  # kept for the drain and kill -9
+        started = time.monotonic()
+        # To files, not pipes: a run cut off by its timeout still leaves what it wrote.
+        with summary_path.open("w") as summary_out, log_path.open("w") as log_out:
+            try:
+                ladder = subprocess.run(
+                    glm5svc_argv(ladder_config, "bench", "--python", BENCH_PYTHON, *ladder_args,
+                                 "--json"),
+                    env=env, cwd=REPO, stdout=summary_out, stderr=log_out, timeout=timeout,
+                )  # fmt: skip
+                results["ladder"] = {"exit": ladder.returncode}
+            except subprocess.TimeoutExpired:
+                results["ladder"] = {"exit": "timeout", "timeout_s": timeout}
+        results["ladder"]["wall_s"] = round(time.monotonic() - started, 1)
         try:
-            ladder = run_glm5svc(
-                ladder_config, env, "bench", "--python", BENCH_PYTHON, *ladder_args, "--json",
-                timeout=min(240, deadline.left() - 200),
-            )  # fmt: skip
-            stdout, stderr = ladder.stdout, ladder.stderr
-            results["ladder"] = {"exit": ladder.returncode}
-        except subprocess.TimeoutExpired as expired:
-            stdout, stderr = as_text(expired.stdout), as_text(expired.stderr)
-            results["ladder"] = {"exit": "timeout", "timeout_s": expired.timeout}
-        (recorded / "glm5svc-bench.txt").write_text(stdout[-20000:] + stderr[-20000:])
-        try:
-            results["ladder"]["summary"] = json.loads(stdout)
+            results["ladder"]["summary"] = json.loads(summary_path.read_text())
         except json.JSONDecodeError:
-            results["ladder"]["tail"] = (stdout + stderr)[-3000:]
-
-    # Supervision cost: the same workload against both, alternating which goes first.
-    ratio_runs = []
-    reps = int(os.environ.get("GPU_LAB_REPS", "3"))
-    for rep in range(reps):
-        for concurrency in (16, 64):
-            order = [("bare", bare_url), ("serve", engine)]
-            if rep % 2:
-                order.reverse()
-            for label, url in order:
-                if deadline.left() < 140:  # kept for the drain and kill -9
-                    break
-                figures = bench_serving(
-                    env, url, model, concurrency, concurrency * 16, 256, 128, bench_file, 120
-                )
-                # bench_serving's own "concurrency" (the measured mean) stays in figures
-                ratio_runs.append({**figures, "target": label, "level": concurrency, "rep": rep})
-                log(f"{label} c={concurrency}: {figures.get('total_throughput')}")
-    results["ratio_runs"] = ratio_runs
-
-    results["bare_stop"] = stop_gracefully(bare, 60)
+            results["ladder"]["tail"] = log_path.read_text()[-3000:]
+        # The run's folder (per-level logs and records) goes into the archive.
+        for run_dir in (out / "results" / "bench").glob("*-sweep"):
+            shutil.copytree(run_dir, recorded / "bench" / run_dir.name, dirs_exist_ok=True)
 
     # The drain under load: every request in flight when the stop comes.
     results["drain"] = stop_under_load(serve, notify, deadline)
@@ -418,13 +407,6 @@ SCENARIOS = {
     "grid": scenario_grid,
     "method": scenario_method,
 }
-
-
-def as_text(captured: bytes | str | None) -> str:
-    """What a timed-out subprocess.run had captured (bytes there, even with text=True)."""
-    if isinstance(captured, bytes):
-        return captured.decode(errors="replace")
-    return captured or ""
 
 
 def kill_started_groups() -> None:
