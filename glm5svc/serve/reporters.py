@@ -88,13 +88,14 @@ class Reporters:
         if not port.ok:
             self.events.put(ReadinessChecked(port, at=time.monotonic()))
             return
-        # sglang prints its ready line only after its own warm-up generation succeeded, so
-        # once our child printed it the generation check comes next. sglang 0.5.11 serves
-        # /health and /health_generate with one handler that sleeps a whole second before
-        # looking (http_server.py, health_generate): asking it would hold READY back by that
-        # second (recorded on an H200, tests/fixtures/real_engine/sglang-0.5.11-h200-drain).
+        # Once our child printed its ready line, its HTTP server is up, and the generation
+        # check comes next (the plan skips sglang's own warm-up request: this check is the
+        # one real generation before READY). sglang 0.5.11 serves /health and
+        # /health_generate with one handler that sleeps a whole second before looking
+        # (http_server.py, health_generate): asking it would hold READY back by that second
+        # (recorded on an H200, tests/fixtures/real_engine/sglang-0.5.11-h200-drain).
         if own_ready_line:
-            health = ProbeResult(True, "sglang's ready line (its warm-up generation passed)")
+            health = ProbeResult(True, "sglang's ready line")
         else:
             health = self.client.health_generate(timeout)
         generation = None

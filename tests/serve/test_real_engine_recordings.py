@@ -32,6 +32,8 @@ NSA_LOGS = RECORDINGS / "sglang-0.5.11-h200-nsa"
 # glm5svc serve stopped with 64 requests in flight, after READY stopped asking /health.
 DRAIN_LOG = RECORDINGS / "sglang-0.5.11-h200-drain-fast-ready" / "serve-drain.log"
 EARLIER_DRAIN_LOG = RECORDINGS / "sglang-0.5.11-h200-drain" / "serve-drain.log"
+# The service scenario with the split supervisor (2026-12-03, 08:32-08:39 UTC).
+SPLIT = RECORDINGS / "sglang-0.5.11-h200-service-split-supervisor"
 PREFIX = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?: TP\d+)?\] ")
 
 
@@ -113,7 +115,9 @@ def test_the_real_nsa_prefill_crash_is_diagnosed_as_exactly_that():
 
 
 @pytest.mark.parametrize(
-    "log", [NSA_LOGS / "nsa-patched.log", DRAIN_LOG, EARLIER_DRAIN_LOG], ids=lambda p: p.parent.name
+    "log",
+    [NSA_LOGS / "nsa-patched.log", DRAIN_LOG, EARLIER_DRAIN_LOG, SPLIT / "serve.log"],
+    ids=lambda p: p.parent.name,
 )
 def test_real_logs_that_served_and_drained_match_no_failure_signature(log):
     # The supervisor diagnoses the engine's output only; the serve logs also carry glm5svc's
@@ -412,3 +416,20 @@ def test_recorded_run_says_where_and_when():
     machine = json.loads((RECORDED / "results.json").read_text())["machine"]
     assert machine["sglang"] == "0.5.11" and "H200" in machine["gpus"][0]
     assert FIRED_UP.search("\n".join(real_lines("bare.log")))
+
+
+def test_the_split_supervisor_drained_a_real_server_and_left_nothing():
+    """What the service scenario recorded on the H200 after the supervisor was split: READY
+    once the generation check passed, the drain summary line with every request of the stop
+    finished, and no process of the group left."""
+    service = json.loads((SPLIT / "results.json").read_text())["service"]
+    drain = service["drain"]
+    assert drain["serve_exit"] == 0 and drain["processes_left"] == []
+    assert drain["in_flight"]["completed_in_full"] == drain["in_flight"]["sent"] == 64
+    assert drain["readyz_0_3s_after_stop"] == 503
+    log = (SPLIT / "serve.log").read_text().splitlines()
+    ready = [line for line in log if line.startswith("glm5svc: ready after ")]
+    finished = [line for line in log if line.startswith("glm5svc: drain finished (drained)")]
+    assert len(ready) == 1 and "generation check: " in ready[0]
+    assert len(finished) == 1 and finished[0].endswith("processes left: 0")
+    assert log.index(ready[0]) < log.index(finished[0])

@@ -22,6 +22,9 @@ def lines(name: str) -> list[str]:
         ("sglang-0.5.11-h200-service/serve.log", 0.16, 45.77, 81.0, 101.4),
         ("sglang-0.5.11-h200-service/bare.log", 0.09, 45.07, 81.0, None),
         ("sglang-0.5.11-h200-service-new-drain/serve.log", None, None, None, 108.3),
+        # The split supervisor (2026-12-03): serve started once bare's KV pool was allocated.
+        ("sglang-0.5.11-h200-service-split-supervisor/serve.log", 0.08, 30.09, 61.0, 101.9),
+        ("sglang-0.5.11-h200-service-split-supervisor/bare.log", 0.18, 60.34, 87.0, None),
     ],
 )
 def test_the_recorded_starts(log, weights, graphs, fired_up, ready):
