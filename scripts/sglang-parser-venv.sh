@@ -15,9 +15,7 @@ dest=${1:?destination directory}
 version=${2:?sglang version}
 [ -f "$dest/.complete-$version" ] && exit 0
 base="$(dirname "$dest")/sglang-parser-base"
-# No byte-compiling at install: a parser imports a fraction of what torch, transformers and
-# sglang ship, and Python compiles (and caches) what it imports on first use.
-pip_flags=(-q --disable-pip-version-check --no-compile)
+pip_flags=(-q --disable-pip-version-check)
 site_of() { "$1/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'; }
 
 if [ ! -f "$base/.complete" ]; then

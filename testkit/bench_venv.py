@@ -38,14 +38,11 @@ BENCH_SERVING_DEPS = [
 ]
 VENV_SPEC = f"sglang=={SGLANG_VERSION} --no-deps; " + " ".join(BENCH_SERVING_DEPS)
 DEFAULT_VENV = VENVS / f"sglang-{SGLANG_VERSION}-bench"
-# --no-compile: bench_serving imports a fraction of what its dependencies ship; Python
-# compiles (and caches) what it imports on first use.
-PIP_FLAGS = ("-q", "--disable-pip-version-check", "--no-compile")
 
 
 def _pip(python: Path, *args: str) -> None:
     subprocess.run(
-        [str(python), "-m", "pip", "install", *PIP_FLAGS, *args],
+        [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *args],
         check=True,
     )
 

@@ -28,8 +28,7 @@ def smg_python() -> str:
         if not (target / ".ready").is_file():
             subprocess.run([sys.executable, "-m", "venv", "--clear", str(target)], check=True)
             subprocess.run(
-                [str(python), "-m", "pip", "install", "-q", "--no-compile", f"smg=={SMG_VERSION}"],
-                check=True,
+                [str(python), "-m", "pip", "install", "-q", f"smg=={SMG_VERSION}"], check=True
             )
             (target / ".ready").write_text(SMG_VERSION)
     return str(python)
