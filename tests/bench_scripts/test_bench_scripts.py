@@ -14,8 +14,12 @@ import sys
 import tarfile
 from pathlib import Path
 
+import pytest
+
 from bench.phases import run_phases
 from testkit.script_run import run_script
+
+pytestmark = pytest.mark.long  # minutes of engines and bench_serving: scheduled first
 
 REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO / "bench"

@@ -13,10 +13,13 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 
 from testkit.engine import SHORT_STEADY
 from tests.tune.conftest import write_space, write_tune_config
+
+pytestmark = pytest.mark.long  # minutes of engines and bench_serving: scheduled first
 
 WORKLOAD = [
     "--concurrency", "32", "--input-len", "16", "--output-len", "16",

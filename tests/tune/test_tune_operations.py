@@ -10,10 +10,13 @@ import json
 from datetime import datetime
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.tune.conftest import write_space, write_tune_config
 from tests.tune.test_tune_end_to_end import WORKLOAD, glm5svc
+
+pytestmark = pytest.mark.long  # minutes of engines and bench_serving: scheduled first
 
 JIT_S = 3.0
 
