@@ -3,11 +3,14 @@
 # pct, pveversion, boot tools, GPUs in procfs, Secure Boot off, no subscription and no
 # enterprise entries), but no container config; nvidia_uvm not loaded. pct create's container
 # is a chroot that waits at /var/lib/glm5-stand-in/ct/200/rootfs (the stand-in pct exec enters
-# it): a Debian root file system of the host's release with the stand-in archive and NVIDIA's
-# stand-in repository, and a stand-in systemctl that keeps glm5.service's state.
-# Usage: prepare_target.sh <rootfs> <repo dir> <pve-container version> <kernel cmdline> <molecule cache>
+# it): the host's own root file system again (the container play's packages) with the stand-in
+# archive and NVIDIA's stand-in repository, this machine's CA bundle and name servers (pip
+# reaches PyPI), the test engine, an empty model directory, and a STAND-IN systemctl that runs
+# glm5.service (files/systemctl.py). Mount units of the stand-in system give it what a real
+# container has: its own /proc, a tmpfs /run, and pip's cache (this machine's, bound in).
+# Usage: prepare_target.sh <rootfs> <repo dir> <pve-container version> <kernel cmdline>
 set -eu
-root=$1 repo=$2 pve_container=$3 cmdline=$4 cache=$5
+root=$1 repo=$2 pve_container=$3 cmdline=$4
 here=$(cd "$(dirname "$0")" && pwd)
 "$here/../host/prepare_target.sh" "$root" "$repo" "$pve_container" "$cmdline" systemd-boot notfound none
 rm -f "$root/etc/pve/lxc/200.conf"
@@ -28,13 +31,12 @@ systemctl restart glm5-nvidia-device-nodes.service
 R
 chmod 0755 "$root/usr/local/sbin/glm5-stand-in-reboot"
 
-suite=$(. "$root/etc/os-release" && echo "$VERSION_CODENAME")
 distro=debian$(. "$root/etc/os-release" && echo "$VERSION_ID")
-ct=$root/var/lib/glm5-stand-in/ct/200/rootfs
-# The newest finished tarball of the suite (another scenario may be writing a .part one).
-tarball=$(ls -t "$cache"/rootfs-"$suite"-*.tar.zst | grep -v '\.part\.tar\.zst$' | head -n 1)
+ctdir=/var/lib/glm5-stand-in/ct/200/rootfs
+ct=$root$ctdir
+# The tarball the stand-in host was made from (molecule/shared/lxc_instance.sh).
 rm -rf "$ct"; mkdir -p "$ct"
-tar --zstd -xpf "$tarball" -C "$ct" --numeric-owner
+tar --zstd -xpf "$(cat "$root/../rootfs-tarball")" -C "$ct" --numeric-owner
 [ -e "$ct/dev/null" ] || mknod -m 0666 "$ct/dev/null" c 1 3
 mkdir -p "$ct/srv/glm5-stand-in-nvidia-repo"
 cp -a "$repo/." "$ct/srv/glm5-stand-in-nvidia-repo/"
@@ -48,22 +50,42 @@ URIs: file:///srv/glm5-stand-in-nvidia-repo/$distro/x86_64/
 Suites: /
 Signed-By: /etc/apt/keyrings/nvidia-cuda.asc
 S
-install -m 0755 "$here/files/systemctl.sh" "$ct/usr/local/bin/systemctl"
-# The container's /run is a tmpfs, as a real container's is: mounted at each boot of the
-# stand-in system, so its restart (the stand-in reboot) empties it.
-unit='var-lib-glm5\x2dstand\x2din-ct-200-rootfs-run.mount'
-cat > "$root/etc/systemd/system/$unit" <<U
+install -m 0755 "$here/files/systemctl.py" "$ct/usr/local/bin/systemctl"
+"$here/../shared/trust_this_machine.sh" "$ct"
+rm -f "$ct/etc/resolv.conf"; cp /etc/resolv.conf "$ct/etc/resolv.conf"
+mkdir -p "$ct/opt/glm5/test-engine" "$ct/models/stand-in" "$ct/root/.cache/pip"
+install -m 0644 "$here/../../testkit/sglang_test_engine.py" "$ct/opt/glm5/test-engine/"
+
+# mount_unit <what> <where in the container> <type> <options>: a mount unit of the stand-in system,
+# mounted at each of its boots (so its restart, the stand-in reboot, empties the tmpfs /run)
+# and by glm5-stand-in-ct-200-mounts.target (prepare.yml).
+units=
+mount_unit() {
+  unit=$(systemd-escape --path --suffix=mount "$ctdir$2")
+  units="$units $unit"
+  cat > "$root/etc/systemd/system/$unit" <<U
 [Unit]
-Description=STAND-IN /run of container 200 (glm5svc tests only)
+Description=STAND-IN $2 of container 200 (glm5svc tests only)
 
 [Mount]
-What=tmpfs
-Where=/var/lib/glm5-stand-in/ct/200/rootfs/run
-Type=tmpfs
-Options=mode=0755,nosuid,nodev
+What=$1
+Where=$ctdir$2
+Type=$3
+Options=$4
 
 [Install]
 WantedBy=local-fs.target
 U
-mkdir -p "$root/etc/systemd/system/local-fs.target.wants"
-ln -sf "../$unit" "$root/etc/systemd/system/local-fs.target.wants/$unit"
+  mkdir -p "$root/etc/systemd/system/local-fs.target.wants"
+  ln -sf "../$unit" "$root/etc/systemd/system/local-fs.target.wants/$unit"
+}
+mount_unit tmpfs /run tmpfs mode=0755,nosuid,nodev
+mount_unit proc /proc proc nosuid,nodev,noexec
+# molecule.yml binds this machine's pip cache to /var/cache/glm5-molecule-pip in the host.
+mount_unit /var/cache/glm5-molecule-pip /root/.cache/pip none bind
+cat > "$root/etc/systemd/system/glm5-stand-in-ct-200-mounts.target" <<U
+[Unit]
+Description=STAND-IN container 200's mounts (glm5svc tests only)
+Wants=$units
+After=$units
+U

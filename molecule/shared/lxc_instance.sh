@@ -23,6 +23,8 @@ lxc-stop -P "$lxcpath" -n "$name" --kill >/dev/null 2>&1 || true
 rm -rf --one-file-system "$dir"
 mkdir -p "$dir/rootfs"
 tar --zstd -xpf "$tarball" -C "$dir/rootfs" --numeric-owner
+# What the instance was made from (a prepare step may unpack it again, e.g. for a chroot).
+echo "$tarball" > "$dir/rootfs-tarball"
 : > "$dir/rootfs/etc/machine-id"
 rm -f "$dir/rootfs/etc/resolv.conf"
 cp /etc/resolv.conf "$dir/rootfs/etc/resolv.conf"

@@ -3,12 +3,14 @@
 One platform (MOLECULE_DISTRO, trixie by default). The first site.yml run ends with REBOOT
 REQUIRED and no failed task (nouveau holds a GPU, the driver is new, container 200 is created);
 the stand-in system restarts; the second run writes the GPU lines, starts the container and runs
-the container play in it through the host (its user-space driver at the host's release). The
-upgrade play stops before any drain when the container's repository lacks the release, rescues a
-DKMS build failure back to the old release with glm5.service running, moves host and container
-to the new release, and stops nothing when run again (molecule/fresh/converge.yml). Verify finds
-the container running with its GPU lines, driver and glm5.service, its /run emptied by the
-restart (verify.yml). Needs root, LXC, mmdebstrap, gpg and dpkg-dev.
+the whole container play in it through the host (its user-space driver at the host's release,
+the venv, glm5.service with the test engine: active as glm5, /readyz 200). The upgrade play stops
+before any drain when the container's repository lacks the release, rescues a DKMS build failure
+back to the old release with glm5.service running, moves host and container to the new release
+(glm5.service ready again), and stops nothing when run again (molecule/fresh/converge.yml).
+Verify finds the container running with its GPU lines, driver and glm5.service (ready), its /run
+emptied by the restart (verify.yml). Needs root, LXC, mmdebstrap, gpg, dpkg-dev and PyPI (pip's
+cache is kept).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ def test_molecule_fresh_scenario():
             "no GPU lines yet)",
             "Check the second run (no reboot needed, GPU lines in, the container started, its "
             "driver in)",
+            "Check glm5.service in container 200 (active, enabled, glm5svc as glm5, ready)",
             "Check that the play stopped before any drain (nothing stopped, the host untouched)",
             "Check the rescue (play stopped, host back on the old release, glm5.service running "
             "on it)",
