@@ -23,7 +23,10 @@ def fake_python(tmp_path: Path, behaviour: str) -> tuple[Path, Path]:
             args = sys.argv[1:]
             if args[:2] != ["-m", "sglang.bench_serving"]:  # provenance probes: real python
                 os.execv({sys.executable!r}, [{sys.executable!r}, *args])
-            open({str(pid_file)!r}, "w").write(str(os.getpid()))
+            # Renamed into place: a test that sees the file reads the whole pid.
+            with open({str(pid_file)!r} + ".part", "w") as part:
+                part.write(str(os.getpid()))
+            os.replace({str(pid_file)!r} + ".part", {str(pid_file)!r})
             if {behaviour!r} == "hang":
                 time.sleep(300)
             with open(args[args.index("--output-file") + 1], "w") as out:
