@@ -36,9 +36,9 @@ def _run_order(item: pytest.Item) -> int:
     """Longest first, so that under pytest-xdist (--dist loadfile, files in this order) the
     Molecule scenarios start at once on separate workers, the files of a minute or more
     (marked slow or long) follow, and the short files fill in: a long file left for the end
-    would run alone while the other workers idle. A
-    scenario file's tests (one per Debian release, GLM5_MOLECULE_ALL_DISTROS=1) stay on one
-    worker, one after the other: they share the scenario's Molecule state and ports."""
+    would run alone while the other workers idle. A scenario file's tests (one per Debian
+    release, GLM5_MOLECULE_ALL_DISTROS=1) stay on one worker, one after the other: they
+    share the scenario's Molecule state and ports."""
     if item.get_closest_marker("lxc"):
         return 0
     if item.get_closest_marker("slow") or item.get_closest_marker("long"):
