@@ -38,6 +38,7 @@ class ModelFacts:
     from_config: bool = True
     problem: str | None = None  # model.path holds something that is not a checkpoint
     missing_config: str | None = None  # a folder without config.json
+    vocab_size: int | None = None  # config.json's (or its text_config's) vocab_size
 
     @property
     def summary(self) -> str:
@@ -96,7 +97,10 @@ def read_model_facts(model_dir: Path) -> ModelFacts:
     architecture = str(architectures[0])
     sparse = architecture in DSA_ARCHITECTURES and data.get("index_topk") is not None
     moe = any(isinstance(data.get(key), int) and data[key] > 0 for key in EXPERT_KEYS)
-    return ModelFacts(architecture, sparse, moe, str(path))
+    text = data.get("text_config") if isinstance(data.get("text_config"), dict) else {}
+    vocab = data.get("vocab_size", text.get("vocab_size"))
+    vocab = vocab if isinstance(vocab, int) and not isinstance(vocab, bool) and vocab > 1 else None
+    return ModelFacts(architecture, sparse, moe, str(path), vocab_size=vocab)
 
 
 def _assumed(problem: str) -> ModelFacts:

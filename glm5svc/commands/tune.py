@@ -1,12 +1,17 @@
 """`glm5svc tune`: search the server's settings for the best throughput on your workload.
 
-Each trial starts the engine with one candidate setting under the same supervision as
-`glm5svc serve` (on private ports), waits for READY, benchmarks it with sglang's
-bench_serving at your concurrency (a warm-up run discarded, then repeated runs until a
-95 % interval separates it from the best so far, or its runs are spent), and stops it
-with the real drain. A candidate that fails to start is recorded with its diagnosis.
-Results: a run directory with the trials (trials.md), the tuned overlay (tuned.yaml),
-an Ansible host_vars snippet, a plot and a bench baseline. docs/tuning.md explains it.
+Each engine start runs one combination of the settings that need a restart under the
+same supervision as `glm5svc serve` (on private ports). Once READY, one continuous load
+holds your concurrency (fresh random prompts, lengths that vary) until the start's last
+window; each window is read from the engine's own token counters, and the live values
+(the running-request cap) are switched between windows in A B B A order. A warm-up waits
+for two agreeing windows. Verdicts come from a confidence sequence (valid however often
+the search looks): live values by their paired windows, restart settings by engine
+starts. Every combination is screened by one start (stopped early once clearly behind),
+contenders get more starts, and the winner's confirming start gates the overlay. A
+candidate that fails to start is recorded with its diagnosis. Results: a run directory
+with the trials (trials.md), the tuned overlay (tuned.yaml), an Ansible host_vars snippet
+and a plot. docs/tuning.md explains it.
 """
 
 from __future__ import annotations
@@ -222,9 +227,9 @@ def _print_plan(args, tune) -> int:
 
 
 def _print_result(summary: dict) -> None:
-    from glm5svc.tune.outputs import trials_markdown
+    from glm5svc.tune.outputs import confidence_label, trials_markdown
 
-    print(trials_markdown(summary["trials"]))
+    print(trials_markdown(summary["trials"], confidence_label(summary)))
     best, gain = summary.get("best"), summary.get("gain")
     if best:
         print(
@@ -232,9 +237,11 @@ def _print_result(summary: dict) -> None:
         )
     if gain:
         print(
-            f"gain over the start: {gain['mean']:.2f}x (95 % interval {gain['low']:.2f}-"
-            f"{gain['high']:.2f})"
+            f"gain over the start: {gain['mean']:.2f}x ({confidence_label(summary)} interval "
+            f"{gain['low']:.2f}-{gain['high']:.2f})"
         )
+    if summary.get("confirmation"):
+        print(f"confirmation: {summary['confirmation']}")
     for line in summary.get("service") or []:
         print(line)
     print(f"stopped: {summary.get('stopped_by')}")

@@ -33,7 +33,7 @@ from glm5svc.facts import HostFacts
 from glm5svc.launch_plan import plan_for_service
 from glm5svc.sglang_flags import parse_extra_args
 from glm5svc.tune.guard import UNIT, unit_active
-from glm5svc.tune.outputs import TUNED_FILE, read_summary
+from glm5svc.tune.outputs import SUMMARY_FILE, TUNED_FILE, read_summary
 from glm5svc.tune.session import measured_on
 from glm5svc.tune.space import apply_candidate
 
@@ -212,9 +212,29 @@ def _check_measured_here(run_dir: Path, config, force: bool) -> list[str]:
     return [f"applied with --force although {d}" for d in differences]
 
 
+class NotConfirmed(ConfigError):
+    """The tune's best failed its confirming start: there is nothing to apply."""
+
+
+def refused_by_confirmation(run_dir: Path) -> None:
+    """Raises NotConfirmed when the run's summary says its confirming start failed."""
+    if not (run_dir / SUMMARY_FILE).exists():
+        return
+    summary = read_summary(run_dir)
+    if summary.get("confirmed") is False:
+        raise NotConfirmed(
+            f"{run_dir}: the best setting failed its confirming start "
+            f"({summary.get('confirmation') or 'no reason recorded'}), so the tune wrote no "
+            "overlay: its gain was not reproduced by a fresh engine start. Run the tune again "
+            "(`glm5svc tune run --resume` gives it more starts within a new --budget), or "
+            "keep the current settings"
+        )
+
+
 def apply_tune(
     run_dir: Path, config_arg: str | None, restart: bool, force: bool = False
 ) -> dict[str, Any]:
+    refused_by_confirmation(Path(run_dir))
     overlay = read_overlay(run_dir)
     tuned = Path(run_dir) / TUNED_FILE
     path = resolve_config_path(config_arg)

@@ -32,7 +32,7 @@ from glm5svc.tune.host_figures import START_FILE, estimate_inputs
 from glm5svc.tune.outputs import STUDY_FILE, write_outputs
 from glm5svc.tune.render import Renderer, trial_mapping, write_trial_config
 from glm5svc.tune.retry import FIRST_ATTEMPT_DIR, keep_first_attempt, outside_the_candidate
-from glm5svc.tune.search import Search, SearchSettings, Workload, bench_plan_for
+from glm5svc.tune.search import Search, SearchSettings, Workload, bench_plan_for, load_shape
 from glm5svc.tune.space import Space, load_space, space_from_dict, start_value
 from glm5svc.tune.trial import TrialOutcome, TrialRequest, run_trial
 
@@ -157,7 +157,7 @@ class Tune:
             saved = read_study(self.run_dir)
             try:
                 self.space = space_from_dict(saved["space"])
-                workload = Workload(**saved["workload"])
+                workload = Workload.from_dict(saved["workload"])
                 settings = request.settings.resumed(saved["settings"])
             except (KeyError, TypeError, ValueError) as exc:
                 raise _study_error(
@@ -235,7 +235,7 @@ class Tune:
         telemetry_status = None
         try:
             with telemetry_sampler(config=self.config) as (sampler, telemetry_status):
-                executor = self._executor(workload, sampler, settings.window_s)
+                executor = self._executor(workload, sampler, settings.window_s, settings.settle_s)
                 search = Search(
                     self.space,
                     self.mapping,
@@ -246,6 +246,7 @@ class Tune:
                     render=lambda m: self.renderer.refusal(trial_mapping(m, self.run_dir)),
                     on_progress=self.on_progress,
                     should_stop=lambda: self.should_stop() or self.budget_spent is not None,
+                    stop_reason=lambda: None if self.should_stop() else self.budget_spent,
                 )
                 self.on_progress("begin", {"run_dir": str(self.run_dir), "search": search})
                 search.replay()
@@ -272,16 +273,24 @@ class Tune:
                         "plan": planned.to_dict(),
                         "stopped_by": search.stopped_by,
                         "confirmation": search.confirmation,
+                        "confirmed": search.confirmed,
+                        "timeline": {
+                            "decided_s": round(search.picked_at - self.started, 1)
+                            if search.picked_at
+                            else None,
+                            "wall_s": round(time.monotonic() - self.started, 1),
+                        },
                         "service": list(self.guard.log),
                         "telemetry": telemetry_status,
                         "bench_plan": {"ladder": [workload.concurrency]},
                     },
                     settings,
                     lambda a, b: search.combo_key(a) == search.combo_key(b),
+                    search.combo_key,
                 )
         return self.summary
 
-    def _executor(self, workload: Workload, sampler, window_s: float | None):
+    def _executor(self, workload: Workload, sampler, window_s: float | None, settle_s: float):
 
         def execute(number, candidate, mapping, decide, deadline, live_values) -> TrialOutcome:
             trial_dir = self.run_dir / "trials" / f"{number:03d}"
@@ -313,13 +322,16 @@ class Tune:
             write_trial_config(trial, path)
             config = config_from_mapping(trial, str(path))
             held = _wait_for_free_gpus(self.should_stop)
+            plan = bench_plan_for(config, workload, window_s)
             outcome = run_trial(
                 TrialRequest(
                     number=number,
                     config=config,
                     config_path=path,
                     trial_dir=trial_dir,
-                    bench=bench_plan_for(config, workload, window_s),
+                    bench=plan,
+                    load=load_shape(workload, plan, self.facts.model.vocab_size),
+                    settle_s=settle_s,
                     decide=decide,
                     # No measured run starts that cannot end by the budget's deadline, and
                     # the one running at that deadline is cut.
@@ -328,7 +340,6 @@ class Tune:
                     should_stop=lambda: (
                         self.should_stop() or time.monotonic() >= self.hard_deadline
                     ),
-                    warmup_prompts=workload.warmup_prompts,
                     live_knob=self.space.live_knob.name if live_values else None,
                     live_values=tuple(live_values),
                     on_progress=lambda text: self.on_progress(
