@@ -113,6 +113,18 @@ def read_start(trial_dir: Path) -> StartBreakdown | None:
         return None
 
 
+def stand_in_engine(config: Config) -> str | None:
+    """What the engine is when server.command is not sglang's launcher (a test engine, a
+    wrapper): its start cannot be estimated from sglang's figures."""
+    command = config.server.command
+    if not command or any(
+        part in ("sglang.launch_server", "sglang") or part.endswith("/sglang") for part in command
+    ):
+        return None
+    name = next((Path(p).name for p in command if p.endswith(".py")), Path(command[0]).name)
+    return f"a stand-in engine, server.command {name}"
+
+
 def estimate_inputs(
     config: Config,
     facts: HostFacts,
@@ -155,6 +167,9 @@ def estimate_inputs(
         memory_limit_bytes=limit,
         moe_autotune=autotune,
         autotune_cached=cached,
+        settle_s=settings.settle_s,
+        warmup_max_s=config.benchmark.warmup_max_s,
+        stand_in=stand_in_engine(config),
     )
     if run_dir is not None:
         measured = measured_figures(run_dir)
