@@ -44,8 +44,8 @@ BETTER, WORSE, EQUIVALENT, UNDECIDED = "better", "worse", "equivalent", "undecid
 # simulation shows the rates these give (docs/performance-tune.md).
 # The H200 testbed's starts of one setting agreed within about 4 % (three starts: 6.7 % from
 # lowest to highest, a standard deviation near 4 %: docs/performance-tune.md).
-PRIOR_START_SPREAD = 0.04
-PRIOR_WEIGHT = 6
+PRIOR_START_SPREAD = 0.02
+PRIOR_WEIGHT = 2
 MAX_STARTS = 5  # per candidate and comparison
 PAIRS_PER_LOOK = 2  # an A B B A block of a live comparison
 
@@ -291,15 +291,11 @@ def judge_paired(
 START_CANDIDATE, START_INCUMBENT, DONE = "start the candidate", "start the incumbent", "done"
 
 
-def restart_look(starts: Sequence[StartRecord], candidate: str, incumbent: str) -> int:
-    """The k of a restart comparison's look: the starts of either side from the candidate's
-    first on (each start is looked at once, at its end)."""
-    mine = [s.order for s in starts if s.setting == candidate]
-    if not mine:
-        return 1
-    first = min(mine)
-    orders = {s.order for s in starts if s.setting in (candidate, incumbent) and s.order >= first}
-    return max(1, len(orders))
+def restart_look(starts: Sequence[StartRecord], candidate: str) -> int:
+    """The k of a restart comparison's look: the candidate's starts. A comparison is looked
+    at after each start of the candidate and never after one of the incumbent's (next_step),
+    so every look has its own k."""
+    return max(1, len({s.order for s in starts if s.setting == candidate}))
 
 
 def next_step(
@@ -330,8 +326,12 @@ def next_step(
     verdict = judge_starts(
         model, candidate, incumbent, (len(mine), len(theirs)),
         min_effect=min_effect, confidence=confidence, comparisons=comparisons,
-        look=restart_look(starts, candidate, incumbent),
+        look=restart_look(starts, candidate),
     )  # fmt: skip
+    if max(s.order for s in theirs) > max(s.order for s in mine) and len(mine) < max_starts:
+        # The incumbent's start was the last: no look here (the next is the candidate's).
+        return START_CANDIDATE, Verdict(UNDECIDED, verdict.gain, verdict.why + " (not a look: "
+                                        "the incumbent's start; the candidate's is next)")
     if verdict.kind != UNDECIDED:
         return DONE, verdict
     if verdict.gain is not None and verdict.gain.high <= min_effect:

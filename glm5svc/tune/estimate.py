@@ -121,13 +121,16 @@ class Estimate:
 
     def lines(self) -> list[str]:
         others = max(0, self.starts - 1)
-        head = (
-            f"plan: {self.starts} engine start(s) for {self.settings} setting(s) "
-            f"({self.windows} window(s) of {_fine(self.window_s)}): the first "
-            f"{_clock(self.first_start_s)}"
-            + (f" + {others} x {_clock(self.other_start_s)}" if others else "")
-            + f" = {_clock(self.total_s)}; the budget is {_clock(self.budget_s)}"
-        )
+        if self.starts == 0:
+            head = f"plan: nothing left to measure; the budget is {_clock(self.budget_s)}"
+        else:
+            head = (
+                f"plan: {self.starts} engine start(s) for {self.settings} setting(s) "
+                f"({self.windows} window(s) of {_fine(self.window_s)}): the first "
+                f"{_clock(self.first_start_s)}"
+                + (f" + {others} x {_clock(self.other_start_s)}" if others else "")
+                + f" = {_clock(self.total_s)}; the budget is {_clock(self.budget_s)}"
+            )
         detail = ", ".join(f"{name} {_fine(seconds)}" for name, seconds in self.parts)
         lines = [head, f"plan: a start is {detail}", f"plan: its start is {self.start_basis}"]
         if self.dropped:
@@ -147,8 +150,7 @@ class Estimate:
             )
         else:
             lines.append(
-                "plan: even one knob does not fit the budget: raise --budget or shorten "
-                "--window"
+                "plan: even one knob does not fit the budget: raise --budget or shorten --window"
             )
         return lines + [f"plan: WARNING: {w}" for w in self.warnings]
 
@@ -292,7 +294,7 @@ def with_measurements(inputs: EstimateInputs, starts: list[float], windows: list
 
 def _fine(seconds: float) -> str:
     """Seconds as they are when under a minute (0.5 s stays 0.5 s), else a clock."""
-    return f"{seconds:g} s" if seconds < 60 else _clock(seconds)
+    return f"{seconds:.3g} s" if seconds < 60 else _clock(seconds)
 
 
 def _clock(seconds: float) -> str:

@@ -122,6 +122,7 @@ class Search:
         self.best: TrialRecord | None = None
         self.again: list[dict[str, Value]] = []  # starts the verdicts asked for, in order
         self.retried: set[str] = set()  # pruned combinations started once more
+        self.stopped_early: dict[str, str] = {}  # setting: why its start stopped early
         self.open: str | None = None  # the setting whose comparison awaits a start
         self.rewritten: list[TrialRecord] = []  # earlier records whose verdict moved
         self.confirmation: str | None = None  # what the winner's fresh start showed
@@ -439,11 +440,13 @@ class Search:
                                            "by_value": by_value})  # fmt: skip
             rounds = max((r.round for r in runs), default=0) + 1
             best = self.best.mean if self.best else None
+            behind = self._clearly_behind(candidate, runs, rounds // PAIRS_PER_LOOK)
+            if behind is not None:
+                self.stopped_early.update(behind)
+                return PRUNE
             if rounds <= PAIRS_PER_LOOK and best and settings.prune_below:
                 if max(samples) < settings.prune_below * best:
                     return PRUNE
-            if self._clearly_behind(candidate, runs, rounds // PAIRS_PER_LOOK):
-                return PRUNE
             if self.should_stop() or rounds >= settings.max_repeats:
                 return STOP
             if rounds < settings.min_repeats:
@@ -453,19 +456,19 @@ class Search:
         return decide
 
     def _clearly_behind(self, candidate: dict[str, Value], runs: list[RunFigures],
-                        look: int) -> bool:  # fmt: skip
-        """Every live value of this start (its windows so far, as one more start) is worse
-        than the best, by the start model."""
+                        look: int) -> dict[str, str] | None:  # fmt: skip
+        """Why each live value of this start (its windows so far, as one more start) is
+        worse than the best, by the start model (setting: why); None while one is not."""
         best = self.best
         if best is None or self.combo_key(candidate) == self.combo_key(best.candidate):
-            return False
+            return None
         order = 1 + max((r.start for r in self.records if r.start is not None), default=-1)
         values: tuple[int | None, ...] = self._live_values() or (None,)
         partial = []
         for value in values:
             mine = [r.throughput for r in runs if r.live_value == value]
             if not mine:
-                return False
+                return None
             setting = {**candidate, self.live.name: value} if self.live is not None else candidate
             partial.append(StartRecord(_key(setting), order, sum(mine) / len(mine),
                                        self.combo_key(candidate)))  # fmt: skip
@@ -542,12 +545,16 @@ class Search:
             if record.status == "pruned":
                 record.against = self.best.number if self.best else None
                 best = self.best.mean if self.best else None
-                record.verdict = (
-                    f"pruned: its first window was under {self.settings.prune_below:.0%} of the "
-                    f"best's mean ({best:,.0f} tok/s)"
-                    if best
-                    else "pruned"
-                )
+                behind = self.stopped_early.get(_key(record.candidate))
+                if behind is not None:
+                    record.verdict = f"stopped early, clearly behind the best: worse: {behind}"
+                elif best:
+                    record.verdict = (
+                        f"pruned: its first window was under {self.settings.prune_below:.0%} "
+                        f"of the best's mean ({best:,.0f} tok/s)"
+                    )
+                else:
+                    record.verdict = "pruned"
             elif record.status != "measured" or not record.samples:
                 record.verdict = record.outcome.get("failure") or record.status
         if not measured:

@@ -49,12 +49,12 @@ class SearchSettings(_Settings):
         3600.0, description="time one trial may take"
     )
     min_repeats: Annotated[Repeats, Option("--min-repeats", SEARCH)] = Field(
-        3,
+        2,
         description="measured rounds per engine start (a round: one window of each live "
-        "value), at least",
+        "value; the decider looks after every two, an A B B A block), at least",
     )
     max_repeats: Annotated[Repeats, Option("--max-repeats", SEARCH)] = Field(
-        8,
+        16,
         description="measured rounds per engine start, at most: more than --min-repeats "
         "only while a live value is undecided against the best's in the same start",
     )

@@ -52,6 +52,7 @@ STOP_MARGIN_S = 30.0  # beyond the service's own drain limit, before the group i
 NOT_FOR_TRIALS = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "GLM5SVC_CONFIG")
 
 WAIT_STEP_S = 0.25  # how often a window's wait looks at the engine, the load and a stop
+SETTLE_BOUND_S = 60.0  # the longest wait for the running requests to come down to a cap
 MAX_FLAGGED_RUNS = 3  # windows of a start that cannot be counted: the trial fails
 CONTINUE, STOP, PRUNE = "continue", "stop", "prune"
 Decide = Callable[[list["RunFigures"]], str]
@@ -208,7 +209,7 @@ def _rounds(request: TrialRequest, window: _Windows, client: EngineClient, outco
             name = f"r{round_index + 1:02d}" + (f"-v{value}" if value is not None else "")
             request.on_progress(f"window {len(outcome.runs) + 1} ({name})")
             while True:
-                figures = window.measure(name, settle=value is not None)
+                figures = window.measure(name, settle=value)
                 if isinstance(figures, _Flagged):
                     flagged += 1
                     outcome.diagnosis.append(f"{name} not counted: {figures.why}")
@@ -333,9 +334,24 @@ class _Windows:
         )
         return None
 
-    def measure(self, name: str, settle: bool) -> RunFigures | _Flagged | str:
-        if settle and self.settle_s > 0:
-            stopped = self._wait(self.settle_s)
+    def settle(self, cap: int) -> str | None:
+        """After the cap moved: wait until the engine runs at most `cap` requests (lowering
+        the cap admits no new request, but those running finish first: seconds at a long
+        TTFT), bounded by SETTLE_BOUND_S, then the settle period."""
+        bound = time.monotonic() + max(SETTLE_BOUND_S, 10 * self.settle_s)
+        while time.monotonic() < bound:
+            gauges = self.client.scheduler_gauges(timeout=2.0) or {}
+            running = gauges.get("sglang:num_running_reqs")
+            if running is None or running <= cap:
+                break
+            stopped = self._wait(WAIT_STEP_S)
+            if stopped is not None:
+                return stopped
+        return self._wait(self.settle_s) if self.settle_s > 0 else None
+
+    def measure(self, name: str, settle: int | None) -> RunFigures | _Flagged | str:
+        if settle is not None:
+            stopped = self.settle(settle)
             if stopped is not None:
                 return stopped
         read = self.window(self.window_s)
