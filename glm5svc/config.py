@@ -32,6 +32,7 @@ from pydantic import (
     model_validator,
 )
 
+from glm5svc import paths
 from glm5svc.config_yaml import YamlDocument, parse_yaml, read_config_bytes, read_regular_bytes
 from glm5svc.errors import ConfigError
 from glm5svc.targets import DEFAULT_TARGET, get_target, known_targets
@@ -613,6 +614,7 @@ def read_api_key(key_file: Path | None) -> str | None:
     """
     if key_file is None:
         return None
+    paths.API_KEY_FILE.check(key_file)
     try:
         key = read_regular_bytes(Path(key_file)).decode("utf-8").strip()
         mode = os.stat(key_file).st_mode
@@ -705,13 +707,9 @@ def example_config_path() -> Path:
 def load_config(path: str | os.PathLike | None = None) -> Config:
     """Load and validate the config file; raises ConfigError listing every problem."""
     config_path = resolve_config_path(path)
+    paths.CONFIG.check(config_path)
     try:
         text = read_config_bytes(config_path)
-    except FileNotFoundError:
-        raise ConfigError(
-            f"{config_path}: no such file. Create it (example: {example_config_path()}) "
-            f"or pass --config / set {CONFIG_ENV_VAR}."
-        ) from None
     except OSError as exc:
         raise ConfigError(
             f"{config_path}: cannot read: {exc.strerror or exc}; make it a file readable by "

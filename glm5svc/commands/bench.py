@@ -12,7 +12,9 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
+from glm5svc import paths
 from glm5svc.cli_options import Range, add_number, http_url
+from glm5svc.commands.validate import check_config_paths
 from glm5svc.config import (
     MAX_COUNT,
     MAX_SECONDS,
@@ -146,11 +148,23 @@ def _missing(path: Path) -> bool:
     return not path.exists()
 
 
+def check_paths(config: Config, args) -> None:
+    """The request file and the results folder, from the flags or the configuration."""
+    for rule, given in (
+        (paths.REQUEST_FILE, args.request_file),
+        (paths.RESULTS_DIR, args.results_dir),
+    ):
+        if given:
+            rule.check(given)
+    check_config_paths(config, request_file=not args.request_file, results=not args.results_dir)
+
+
 def run(args) -> int:
     from glm5svc.bench import BenchPlan, Judgement, plan_from_config, run_benchmark
     from glm5svc.bench.runner import raise_terminated
 
     config = _config(args)
+    check_paths(config, args)
     if args.request_file and (args.input_len or args.output_len):
         raise ConfigError(
             "--request-file gives each request's input and output length: leave out "
