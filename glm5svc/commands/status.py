@@ -123,7 +123,9 @@ def run_fleet(args) -> int:
             gateway=args.gateway or config.fleet.gateway,
         )
     except ValidationError as exc:
-        problems = [describe_error(error) for error in exc.errors(include_url=False)]
+        problems = [
+            describe_error(error, schema=FleetSection) for error in exc.errors(include_url=False)
+        ]
         raise ConfigError("--replica/--gateway: not usable", problems=problems) from None
     if not listed.replicas and not listed.gateway:
         raise ConfigError(

@@ -168,7 +168,9 @@ def read_space_file(path: Path | None) -> _SpaceFile:
     try:
         spec = _SpaceFile.model_validate(document.data)
     except ValidationError as exc:
-        problems = [describe_error(err, document) for err in exc.errors(include_url=False)]
+        problems = [
+            describe_error(err, document, _SpaceFile) for err in exc.errors(include_url=False)
+        ]
         raise ConfigError(f"--space {path}: not a search space", problems=problems) from None
     if problems := knob_key_problems(spec, document):
         raise ConfigError(
