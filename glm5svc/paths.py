@@ -19,6 +19,7 @@ import stat
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
+from typing import Any
 
 from glm5svc.errors import ConfigError
 
@@ -172,7 +173,7 @@ SPACE = PathRule(
     "--space",
     FILE,
     "the search space file (YAML, like glm5svc/data/tune-space.yaml)",
-    "write it there, or leave out --space for the shipped space",
+    "write it there, or leave out validate's or tune's --space for the shipped space",
     if_empty="list the knobs in it (like glm5svc/data/tune-space.yaml)",
 )
 RUN_DIR = PathRule(
@@ -200,7 +201,7 @@ REQUEST_FILE = PathRule(
     "--request-file",
     FILE,
     "the request file (JSON lines)",
-    "write the recorded requests there, or leave out --request-file",
+    "write the recorded requests there, or leave out bench's or tune's --request-file",
     if_empty='write one request per line, e.g. {"input_len": 812, "output_len": 230}',
 )
 BENCHMARK_REQUEST_FILE = PathRule(
@@ -224,6 +225,16 @@ SERVICE_RESULTS_DIR = PathRule(
     "",
     missing_ok=True,
 )
+
+
+def check_config_paths(config: Any, request_file: bool = True, results: bool = True) -> None:
+    """A configuration's benchmark.request_file and service.results_dir, as `bench` reads
+    and writes them (`validate` checks them the same way)."""
+    if request_file and config.benchmark.request_file is not None:
+        BENCHMARK_REQUEST_FILE.check(config.benchmark.request_file)
+    if results:
+        SERVICE_RESULTS_DIR.check(config.service.results_dir)
+
 
 PATH_RULES = (
     CONFIG,

@@ -14,7 +14,6 @@ from pathlib import Path
 
 from glm5svc import paths
 from glm5svc.cli_options import Range, add_number, http_url
-from glm5svc.commands.validate import check_config_paths
 from glm5svc.config import (
     MAX_COUNT,
     MAX_SECONDS,
@@ -156,7 +155,9 @@ def check_paths(config: Config, args) -> None:
     ):
         if given:
             rule.check(given)
-    check_config_paths(config, request_file=not args.request_file, results=not args.results_dir)
+    paths.check_config_paths(
+        config, request_file=not args.request_file, results=not args.results_dir
+    )
 
 
 def refuse_a_gate_that_cannot_judge(plan: dict, baseline_ref: str) -> None:

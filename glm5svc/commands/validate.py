@@ -84,7 +84,7 @@ def check_config(
     stage(lambda: _refuse_exposure(config))  # the plan's, even where the model stopped it
     stage(lambda: read_api_key(config.server.api_key_file))  # serve, bench, status --fleet
     stage(lambda: plan_from_config(config))  # bench: the benchmark plan
-    stage(lambda: check_config_paths(config))  # bench, serve's post-start run
+    stage(lambda: paths.check_config_paths(config))  # bench, serve's post-start run
     stage(lambda: Judgement.from_config(config))  # bench, serve's post-start run
     post_start = config.benchmark.post_start
     if post_start.enabled:
@@ -105,14 +105,6 @@ def check_config(
             problems=[p.removeprefix("  - ") for p in problems],
         )
     return list(getattr(plan, "warnings", []))
-
-
-def check_config_paths(config: Config, request_file: bool = True, results: bool = True) -> None:
-    """benchmark.request_file and service.results_dir, as bench reads and writes them."""
-    if request_file and config.benchmark.request_file is not None:
-        paths.BENCHMARK_REQUEST_FILE.check(config.benchmark.request_file)
-    if results:
-        paths.SERVICE_RESULTS_DIR.check(config.service.results_dir)
 
 
 def _refuse_exposure(config: Config) -> None:
