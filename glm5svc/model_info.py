@@ -49,8 +49,6 @@ class ModelFacts:
 def model_path_problem(model_dir: Path) -> str | None:
     """Why model.path cannot be a checkpoint although something is there (None when it can,
     or when nothing is there yet: the plan is then made for the reference model)."""
-    if paths.classify(model_dir, paths.DIRECTORY).kind is paths.Kind.MISSING:
-        return None
     return paths.MODEL_PATH.problem(model_dir)
 
 

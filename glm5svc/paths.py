@@ -16,7 +16,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -79,7 +79,7 @@ def classify(path: str | os.PathLike, expect: str) -> Finding:
     if stat.S_ISDIR(mode):
         return Finding(Kind.IS_A_DIRECTORY, os.strerror(errno.EISDIR))
     if os.path.realpath(path) == os.devnull:  # reads as the empty file it is
-        return Finding(Kind.EMPTY, "the file is empty (/dev/null)")
+        return Finding(Kind.EMPTY, "the file is empty (the null device)")
     if not stat.S_ISREG(mode):
         return Finding(Kind.SPECIAL, f"it is {_special(mode)}, not a regular file")
     if not os.access(path, os.R_OK):
@@ -115,6 +115,8 @@ class PathRule:
     if_missing: str  # the fix when nothing is there
     if_empty: str | None = None  # the fix when it is empty; None: empty is fine
     missing_ok: bool = False  # created when absent (a results folder)
+    used_by: str = ""  # the commands that read it (docs/reliability.md's table)
+    refusal: str = "exit 78"  # what a problem does to the command
 
     def problem(self, path: str | os.PathLike) -> str | None:
         """`option: path: what the system says; the fix`, or None when it can be used."""
@@ -155,6 +157,7 @@ CONFIG = PathRule(
     FILE,
     "the configuration file (YAML)",
     "create it (example: glm5svc/data/glm5.example.yaml) or pass --config / set GLM5SVC_CONFIG",
+    used_by="every command that reads the configuration (`validate FILE` too)",
 )
 API_KEY_FILE = PathRule(
     "server.api_key_file",
@@ -162,12 +165,22 @@ API_KEY_FILE = PathRule(
     "the API key file",
     "create it (one line, the key) readable by the service, or set api_key_file: null",
     if_empty="put the API key in it",
+    used_by="`validate`, `command`, `serve`, `bench`, `glm5svc status --fleet`",
 )
 MODEL_PATH = PathRule(
     "model.path",
     DIRECTORY,
     "the checkpoint's folder",
     "download the checkpoint into it (docs/operations.md), or fix model.path",
+    missing_ok=True,  # not downloaded yet: the plan is made for the reference model
+    used_by="`validate`, `command`, `serve`, `tune` (then a folder without config.json is "
+    "refused too)",
+)
+PREFLIGHT_MODEL_PATH = replace(
+    MODEL_PATH,
+    missing_ok=False,
+    used_by="`preflight` (and `serve`'s preflight): its model directory row",
+    refusal="a failed row, exit 1",
 )
 SPACE = PathRule(
     "--space",
@@ -175,6 +188,7 @@ SPACE = PathRule(
     "the search space file (YAML, like glm5svc/data/tune-space.yaml)",
     "write it there, or leave out validate's or tune's --space for the shipped space",
     if_empty="list the knobs in it (like glm5svc/data/tune-space.yaml)",
+    used_by="`tune run`, `glm5svc validate --space`",
 )
 RUN_DIR = PathRule(
     "--run-dir",
@@ -182,6 +196,7 @@ RUN_DIR = PathRule(
     "a folder for the run (a new one is created)",
     "",
     missing_ok=True,
+    used_by="`tune run`",
 )
 RESUME = PathRule(
     "--resume",
@@ -189,6 +204,7 @@ RESUME = PathRule(
     "the run folder of an earlier `glm5svc tune run`",
     "give the folder `tune run` printed at its start",
     if_empty="give the folder `tune run` printed at its start (this one holds no study)",
+    used_by="`tune run`",
 )
 TUNED_RUN = PathRule(
     "RUN_DIR",
@@ -196,6 +212,7 @@ TUNED_RUN = PathRule(
     "the run folder of a `glm5svc tune run`",
     "give the folder `tune run` printed at its start",
     if_empty="give the folder `tune run` printed at its start (this one holds no study)",
+    used_by="`tune apply`, `tune show`",
 )
 REQUEST_FILE = PathRule(
     "--request-file",
@@ -203,6 +220,7 @@ REQUEST_FILE = PathRule(
     "the request file (JSON lines)",
     "write the recorded requests there, or leave out bench's or tune's --request-file",
     if_empty='write one request per line, e.g. {"input_len": 812, "output_len": 230}',
+    used_by="`bench`, `tune run`",
 )
 BENCHMARK_REQUEST_FILE = PathRule(
     "benchmark.request_file",
@@ -210,6 +228,7 @@ BENCHMARK_REQUEST_FILE = PathRule(
     "the request file (JSON lines)",
     "write the recorded requests there, or set request_file: null",
     if_empty='write one request per line, e.g. {"input_len": 812, "output_len": 230}',
+    used_by="`validate`, `bench`, `tune run`",
 )
 RESULTS_DIR = PathRule(
     "--results-dir",
@@ -217,6 +236,7 @@ RESULTS_DIR = PathRule(
     "a folder for the results (created when missing)",
     "",
     missing_ok=True,
+    used_by="`bench`",
 )
 SERVICE_RESULTS_DIR = PathRule(
     "service.results_dir",
@@ -224,6 +244,7 @@ SERVICE_RESULTS_DIR = PathRule(
     "a folder for the results (created when missing)",
     "",
     missing_ok=True,
+    used_by="`validate`, `bench`",
 )
 
 
@@ -240,6 +261,7 @@ PATH_RULES = (
     CONFIG,
     API_KEY_FILE,
     MODEL_PATH,
+    PREFLIGHT_MODEL_PATH,
     SPACE,
     RUN_DIR,
     RESUME,

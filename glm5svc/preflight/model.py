@@ -62,7 +62,7 @@ def check_model_directory(ctx: PreflightContext) -> list[CheckRow]:
     config = ctx.config
     model_dir = config.model.path
     fix = f"download or finish downloading the checkpoint into {model_dir} (or fix model.path)"
-    if said_and_fix := paths.MODEL_PATH.said_and_fix(model_dir):
+    if said_and_fix := paths.PREFLIGHT_MODEL_PATH.said_and_fix(model_dir):
         return [CheckRow("model directory", FAIL, *said_and_fix)]
     if not (model_dir / "config.json").is_file():
         return [CheckRow("model directory", FAIL, f"no config.json in {model_dir}", fix)]
