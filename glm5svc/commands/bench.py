@@ -184,7 +184,8 @@ def run(args) -> int:
     from glm5svc.bench.runner import raise_terminated
 
     config = _config(args)
-    check_paths(config, args)
+    with rules_of(args.config):  # located in the file as validate locates them
+        check_paths(config, args)
     if args.request_file and (args.input_len or args.output_len):
         raise ConfigError(
             "--request-file gives each request's input and output length: leave out "
