@@ -185,3 +185,9 @@ def test_random_trees_get_one_clear_answer_and_validate_agrees(tree, pick, name,
         root.mkdir()
         grow(root, tree)
         check(OPTIONS[name], root / pick, Path(folder), capsys)
+
+
+def test_every_path_rule_is_fed_to_its_command_here():
+    # preflight's own rule: tests/preflight/test_model_check.py, through the check's row
+    covered = {option.rule for option in OPTIONS.values()} | {paths.PREFLIGHT_MODEL_PATH}
+    assert covered == set(paths.PATH_RULES)
