@@ -11,6 +11,7 @@ an Ansible host_vars snippet, a plot and a bench baseline. docs/tuning.md explai
 
 from __future__ import annotations
 
+import json
 import signal
 import sys
 import threading
@@ -146,7 +147,8 @@ def _request(args):
     if args.resume and args.run_dir:
         problems.append("--resume and --run-dir: give one (a resumed tune keeps its directory)")
     if saved is not None:
-        problems += resume_conflicts(args, saved, Path(args.resume) / STUDY_FILE)
+        study = Path(args.resume) / STUDY_FILE
+        problems += resume_conflicts(args, saved, study) + changed_starts(config, saved, study)
     try:
         settings = SearchSettings.model_validate(model_values(args, SearchSettings))
     except ValidationError as exc:
@@ -201,6 +203,28 @@ def resume_conflicts(args, saved: dict, study: Path) -> list[str]:
         for flag, value, was in given
         if value != was
     ]
+
+
+def changed_starts(config, saved: dict, study: Path) -> list[str]:
+    """The searched settings whose value in the configuration is not the one the study
+    started from (each trial is measured against that start)."""
+    from glm5svc.tune.space import space_from_dict, start_value
+
+    try:
+        knobs = space_from_dict(saved["space"]).knobs
+    except (KeyError, TypeError, ValueError):
+        return []  # a malformed tune.json: the tune refuses it naming the key
+    started = saved.get("start") or {}
+    problems = []
+    for knob in knobs:
+        now = json.loads(json.dumps(start_value(config, knob.name), default=str))
+        if started.get(knob.name) != now:
+            problems.append(
+                f"{knob.name}: this study started from {started.get(knob.name)!r} ({study}), "
+                f"the configuration has {now!r}; resume with the configuration the study "
+                "started from, or start a new tune"
+            )
+    return problems
 
 
 def run_tune(args) -> int:

@@ -91,6 +91,13 @@ def test_caches_make_the_second_start_faster_and_a_redirected_tune_says_so(
     assert changed.returncode == 78
     assert f"--concurrency 64: this run saved 32 ({run_dir / 'tune.json'})" in changed.stderr
     assert "--space" not in changed.stderr.split("invalid options", 1)[1]  # the same space
+    data = yaml.safe_load(config.read_text())
+    data["server"]["extra_args"] = ["--page-size", "2"]  # a searched setting, changed
+    config.write_text(yaml.safe_dump(data))
+    moved = glm5svc(config, "tune", "run", "--resume", str(run_dir))
+    assert moved.returncode == 78
+    assert "--page-size: this study started from None" in moved.stderr
+    assert "the configuration has 2" in moved.stderr
 
 
 def test_a_timeout_is_tried_again_and_nothing_measured_is_not_ok(
