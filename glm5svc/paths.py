@@ -247,6 +247,16 @@ SERVICE_RESULTS_DIR = PathRule(
     used_by="`validate`, `bench`",
 )
 
+# Inside a run folder, not an option: judged before sqlite opens it (a FIFO would block).
+STUDY_DB = PathRule(
+    "study.db",
+    FILE,
+    "the study's SQLite database (Optuna's; `tune run` writes it)",
+    "",
+    missing_ok=True,
+    used_by="`glm5svc tune run --resume`",
+)
+
 
 def check_config_paths(config: Any, request_file: bool = True, results: bool = True) -> None:
     """A configuration's benchmark.request_file and service.results_dir, as `bench` reads

@@ -130,7 +130,7 @@ def _request(args):
     from glm5svc.config import load_config
     from glm5svc.tune.outputs import STUDY_FILE
     from glm5svc.tune.search import Workload
-    from glm5svc.tune.session import TuneRequest, read_study
+    from glm5svc.tune.session import STUDY_DB, TuneRequest, read_study
     from glm5svc.tune.space import DEFAULT_SPACE
 
     config = load_config(args.config)
@@ -138,6 +138,8 @@ def _request(args):
                         (paths.RUN_DIR, args.run_dir), (paths.RESUME, args.resume)):  # fmt: skip
         if given:
             rule.check(given)
+    if args.resume:
+        paths.STUDY_DB.check(Path(args.resume) / STUDY_DB)
     saved = read_study(Path(args.resume)) if args.resume else None
     # Refused as validate refuses it (the space as `validate --space` does), before any
     # trial; a resume searches the space its run directory saved.

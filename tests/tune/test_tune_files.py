@@ -177,3 +177,18 @@ def test_apply_writes_a_json_style_configuration_as_block_yaml_one_key_a_line():
     lines = written.splitlines()
     assert max(map(len, lines)) < 60 and "  max_running_requests: 64" in lines
     assert "server:" in lines and "    - engine.py" in lines  # block style, unquoted
+
+
+@pytest.mark.timeout(60)  # sqlite opening the FIFO would block until then
+def test_a_fifo_as_study_db_is_refused_before_sqlite_opens_it(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "tune.json").write_text(
+        json.dumps({"workload": {}, "settings": {}, "space": {}, "start": {}})
+    )
+    os.mkfifo(run_dir / "study.db")
+    config = tmp_path / "glm5.yaml"
+    config.write_text("{}\n")
+    assert main(["--config", str(config), "tune", "run", "--resume", str(run_dir)]) == EXIT_CONFIG
+    said = capsys.readouterr().err
+    assert f"study.db: {run_dir / 'study.db'}: it is a FIFO" in said
