@@ -9,12 +9,11 @@ and says so.
 
 from __future__ import annotations
 
-import errno
 import json
-import os
-import stat
 from dataclasses import dataclass, replace
 from pathlib import Path
+
+from glm5svc import paths
 
 DSA_ARCHITECTURES = (
     "DeepseekV3ForCausalLM",
@@ -51,20 +50,7 @@ class ModelFacts:
 def model_path_problem(model_dir: Path) -> str | None:
     """Why model.path cannot be a checkpoint although something is there (None when it can,
     or when nothing is there yet: the plan is then made for the reference model)."""
-    model_dir = Path(model_dir)
-    try:
-        mode = model_dir.stat().st_mode
-    except FileNotFoundError:
-        if model_dir.is_symlink():
-            return f"{model_dir} is a symlink to {os.readlink(model_dir)}, which does not exist"
-        return None
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            return f"{model_dir} is a symlink loop; point it at the checkpoint folder"
-        return f"{model_dir}: {exc.strerror or exc}"
-    if not stat.S_ISDIR(mode):
-        return f"{model_dir} is a file, not the checkpoint's folder; give the folder"
-    return None
+    return paths.MODEL_PATH.problem(model_dir)
 
 
 def missing_config_problem(model_dir: Path) -> str | None:

@@ -16,6 +16,7 @@ and a plot. docs/tuning.md explains it.
 
 from __future__ import annotations
 
+import json
 import signal
 import sys
 import threading
@@ -23,11 +24,19 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from glm5svc.cli_options import Range, add_model_options, add_number, model_values
+from glm5svc import paths
+from glm5svc.cli_options import (
+    Range,
+    add_model_options,
+    add_number,
+    model_values,
+    option_of,
+)
 from glm5svc.errors import ConfigError
 from glm5svc.json_output import emit
 from glm5svc.tune.settings import (
     LIMITS,
+    RESUME_OVERRIDES,
     SEARCH,
     WORKLOAD,
     SearchSettings,
@@ -35,6 +44,7 @@ from glm5svc.tune.settings import (
     window_problems,
 )
 
+RESUME_FLAGS = tuple(option_of(SearchSettings.model_fields[n]).flag for n in RESUME_OVERRIDES)
 EXIT_INTERRUPTED = 130
 EXIT_NOTHING_MEASURED = 1
 
@@ -123,16 +133,29 @@ def _request(args):
     from glm5svc.bench.plan import plan_from_config
     from glm5svc.commands.validate import check_config
     from glm5svc.config import load_config
+    from glm5svc.tune.outputs import STUDY_FILE
     from glm5svc.tune.search import Workload
-    from glm5svc.tune.session import TuneRequest
+    from glm5svc.tune.session import STUDY_DB, TuneRequest, read_study
     from glm5svc.tune.space import DEFAULT_SPACE
 
     config = load_config(args.config)
-    # Refused as validate refuses it (the space as `validate --space` does), before any trial.
-    check_config(config, args.config, space=Path(args.space) if args.space else DEFAULT_SPACE)
+    for rule, given in ((paths.SPACE, args.space), (paths.REQUEST_FILE, args.request_file),
+                        (paths.RUN_DIR, args.run_dir), (paths.RESUME, args.resume)):  # fmt: skip
+        if given:
+            rule.check(given)
+    if args.resume:
+        paths.STUDY_DB.check(Path(args.resume) / STUDY_DB)
+    saved = read_study(Path(args.resume)) if args.resume else None
+    # Refused as validate refuses it (the space as `validate --space` does), before any
+    # trial; a resume searches the space its run directory saved.
+    space = Path(args.space) if args.space else (None if saved else DEFAULT_SPACE)
+    check_config(config, args.config, space=space)
     problems = []
     if args.resume and args.run_dir:
         problems.append("--resume and --run-dir: give one (a resumed tune keeps its directory)")
+    if saved is not None:
+        study = Path(args.resume) / STUDY_FILE
+        problems += resume_conflicts(args, saved, study) + changed_starts(config, saved, study)
     try:
         settings = SearchSettings.model_validate(model_values(args, SearchSettings))
     except ValidationError as exc:
@@ -162,6 +185,53 @@ def _request(args):
         take_over=args.take_over,
         disk_read_gbps=args.disk_read_gbps,
     )
+
+
+def resume_conflicts(args, saved: dict, study: Path) -> list[str]:
+    """The options given to `--resume` that contradict what the run directory saved (its
+    workload, its search settings but the budget and trial limits, its space file)."""
+    given: list[tuple[str, object, object]] = []
+    for model, saved_values in ((WorkloadOptions, saved["workload"]),
+                                (SearchSettings, saved["settings"])):  # fmt: skip
+        for name, value in model_values(args, model).items():
+            field = model.model_fields[name]
+            if name in RESUME_OVERRIDES or value == field.default or name not in saved_values:
+                continue  # left out (argparse gave the default), or may change on a resume
+            given.append((option_of(field).flag, value, saved_values[name]))
+    if args.request_file:
+        request_file = str(Path(args.request_file).absolute())
+        given.append(("--request-file", request_file, saved["workload"].get("request_file")))
+    if args.space and "space_file" in saved:  # saved since the space could be resumed
+        space_file = str(Path(args.space).absolute())
+        given.append(("--space", space_file, saved.get("space_file") or "the shipped space"))
+    return [
+        f"{flag} {value}: this run saved {was} ({study}); leave {flag} out to resume it (only "
+        f"{', '.join(RESUME_FLAGS)} may change), or start a new tune"
+        for flag, value, was in given
+        if value != was
+    ]
+
+
+def changed_starts(config, saved: dict, study: Path) -> list[str]:
+    """The searched settings whose value in the configuration is not the one the study
+    started from (each trial is measured against that start)."""
+    from glm5svc.tune.space import space_from_dict, start_value
+
+    try:
+        knobs = space_from_dict(saved["space"]).knobs
+    except (KeyError, TypeError, ValueError):
+        return []  # a malformed tune.json: the tune refuses it naming the key
+    started = saved.get("start") or {}
+    problems = []
+    for knob in knobs:
+        now = json.loads(json.dumps(start_value(config, knob.name), default=str))
+        if started.get(knob.name) != now:
+            problems.append(
+                f"{knob.name}: this study started from {started.get(knob.name)!r} ({study}), "
+                f"the configuration has {now!r}; resume with the configuration the study "
+                "started from, or start a new tune"
+            )
+    return problems
 
 
 def run_tune(args) -> int:
@@ -253,6 +323,7 @@ def _print_result(summary: dict) -> None:
 def run_apply(args) -> int:
     from glm5svc.tune.apply import apply_tune
 
+    paths.TUNED_RUN.check(args.run_dir)
     result = apply_tune(
         Path(args.run_dir), args.config, restart=not args.no_restart, force=args.force
     )
@@ -267,6 +338,7 @@ def run_apply(args) -> int:
 def run_show(args) -> int:
     from glm5svc.tune.outputs import read_summary, trials_markdown
 
+    paths.TUNED_RUN.check(args.run_dir)
     summary = read_summary(Path(args.run_dir))
     if args.json:
         emit(args.json_schema, summary)

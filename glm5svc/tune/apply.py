@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ruamel.yaml import YAML
-from ruamel.yaml.comments import CommentedMap
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import YAMLError
 
 from glm5svc.atomic_file import write_atomic
@@ -102,9 +102,9 @@ def overlay_as_candidate(overlay: dict[str, Any]) -> dict[str, Any]:
     return candidate
 
 
-def _round_trip() -> YAML:
+def _round_trip(preserve_quotes: bool = True) -> YAML:
     rt = YAML(typ="rt")
-    rt.preserve_quotes = True
+    rt.preserve_quotes = preserve_quotes
     rt.width = 4096
     rt.indent(mapping=2, sequence=4, offset=2)
     return rt
@@ -115,6 +115,11 @@ def edited_text(text: str, merged: dict[str, Any], header: str) -> str:
     rt = _round_trip()
     try:
         document = rt.load(text)
+        if isinstance(document, CommentedMap) and document.fa.flow_style():
+            # A JSON-style file: written as YAML's block style, quotes only where needed.
+            rt = _round_trip(preserve_quotes=False)
+            document = rt.load(text)
+            _block_style(document)
     except YAMLError as exc:  # parse_yaml read it already; this would be a ruamel quirk
         raise ConfigError(f"the configuration cannot be edited in place: {exc}") from None
     if document is None:
@@ -140,6 +145,15 @@ def edited_text(text: str, merged: dict[str, Any], header: str) -> str:
     if lines and lines[0].startswith(HEADER_START):
         body = "".join(lines[1:])
     return header + body
+
+
+def _block_style(node: Any) -> None:
+    """One key or item a line, all the way down (the round trip keeps flow style, which for
+    a whole JSON-style file is one line of hundreds of characters)."""
+    if isinstance(node, CommentedMap | CommentedSeq):
+        node.fa.set_block_style()
+        for child in node.values() if isinstance(node, CommentedMap) else node:
+            _block_style(child)
 
 
 def changed_keys(original: dict[str, Any], merged: dict[str, Any]) -> dict[str, Any]:

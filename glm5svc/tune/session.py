@@ -163,11 +163,11 @@ class Tune:
                 raise _study_error(
                     self.run_dir / STUDY_FILE, "space/workload/settings", _short(exc)
                 ) from None
+            self.start = {k.name: start_value(self.config, k.name) for k in self.space.knobs}
             if saved.get("start") != _jsonable(self.start):
                 raise ConfigError(
-                    f"--resume {self.run_dir}: the configuration's settings differ from the "
-                    "ones this study started from; resume with the same configuration or "
-                    "start a new tune"
+                    f"--resume {self.run_dir}: the configuration's settings differ from the ones "
+                    "this study started from; resume with that configuration or start a new tune"
                 )
             return workload, settings
         if request.run_dir:
@@ -185,6 +185,7 @@ class Tune:
             "workload": request.workload.to_dict(),
             "settings": request.settings.to_dict(),
             "space": self.space.to_dict(),
+            "space_file": str(request.space_path.absolute()) if request.space_path else None,
             "start": _jsonable(self.start),
         }
         (self.run_dir / STUDY_FILE).write_text(json.dumps(saved, indent=2), encoding="utf-8")
@@ -248,8 +249,8 @@ class Tune:
                     should_stop=lambda: self.should_stop() or self.budget_spent is not None,
                     stop_reason=lambda: None if self.should_stop() else self.budget_spent,
                 )
+                search.replay()  # first: "begin" counts the trials from before
                 self.on_progress("begin", {"run_dir": str(self.run_dir), "search": search})
-                search.replay()
                 search.run()
                 if self.budget_spent and not self.should_stop():
                     search.stopped_by = self.budget_spent
