@@ -141,7 +141,7 @@ def simulate_pass(
     # 2. the screen: one start per restart combination, stopped early when clearly behind
     for combo in range(1, len(combos)):
 
-        def behind(rounds: int, partial: list[StartRecord], combo: int = combo) -> bool:
+        def behind(rounds: int, partial: list[StartRecord], rows=rows, best=best) -> bool:
             starts = [*rows, *partial]
             return all(
                 clearly_behind(starts, p.setting, _key(*best), rounds // 2,
@@ -149,7 +149,7 @@ def simulate_pass(
                 for p in partial
             )  # fmt: skip
 
-        rows += one_start(combo, lambda r, p, c=combo: r >= rule.min_rounds and behind(r, p, c))
+        rows += one_start(combo, lambda r, p: r >= rule.min_rounds and behind(r, p))
         while True:
             candidate = _key(combo, best[1])
             step, verdict = next_step(
@@ -173,8 +173,10 @@ def simulate_pass(
         else:
             counts = tuple(sum(1 for r in rows if r.setting == k)
                            for k in (_key(*best), _key(0, 0)))  # fmt: skip
-            gain = judge_starts(StartModel.fit(rows), _key(*best), _key(0, 0), counts,
-                                min_effect=rule.min_effect, confidence=rule.confidence).gain  # fmt: skip
+            model = StartModel.fit(rows)
+            verdict = judge_starts(model, _key(*best), _key(0, 0), counts,
+                                   min_effect=rule.min_effect, confidence=rule.confidence)  # fmt: skip
+            gain = verdict.gain
         if gain is None or gain.low <= 0:
             best = (0, 0)
     return PassResult(_name(best), screened, engine.starts, engine.windows)

@@ -2,7 +2,10 @@
 
 The run directory holds everything: study.db (Optuna's SQLite store), tune.json (what a
 resumed run must measure the same: workload, settings, space, start), one folder per
-engine start (its configuration, serve's log, every benchmark run), and the outputs.
+engine start (its configuration, serve's log, every window), and the outputs.
+
+Longer than 400 lines: the run directory's preparation and resume, the plan, the search's
+wiring and the executor with its retry share the tune's state and stay together.
 """
 
 from __future__ import annotations
