@@ -174,8 +174,10 @@ def simulate_pass(
             counts = tuple(sum(1 for r in rows if r.setting == k)
                            for k in (_key(*best), _key(0, 0)))  # fmt: skip
             model = StartModel.fit(rows)
-            verdict = judge_starts(model, _key(*best), _key(0, 0), counts,
-                                   min_effect=rule.min_effect, confidence=rule.confidence)  # fmt: skip
+            verdict = judge_starts(
+                model, _key(*best), _key(0, 0), counts,
+                min_effect=rule.min_effect, confidence=rule.confidence,
+            )  # fmt: skip
             gain = verdict.gain
         if gain is None or gain.low <= 0:
             best = (0, 0)
