@@ -411,7 +411,22 @@ def render_metrics(engine: Engine, model_name: str) -> str:
             labels = {**(scheduler if side == "scheduler" else tokenizer), **extra}
             text = ",".join(f'{key}="{labels[key]}"' for key in sorted(labels))
             lines.append(f"sglang:{name}{{{text}}} {float(value)}")
+    for name, histogram in HISTOGRAMS.items():
+        if not getattr(engine, histogram).count:
+            continue
+        lines += [f"# HELP sglang:{name} {HISTOGRAM_HELP[name]}", f"# TYPE sglang:{name} histogram"]
+        for suffix, extra, value in getattr(engine, histogram).samples():
+            labels = {**tokenizer, **extra}
+            text = ",".join(f'{key}="{labels[key]}"' for key in sorted(labels))
+            lines.append(f"sglang:{name}{suffix}{{{text}}} {float(value)}")
     return "\n".join(lines) + "\n"
+
+
+HISTOGRAMS = {"time_to_first_token_seconds": "ttft", "inter_token_latency_seconds": "itl"}
+HISTOGRAM_HELP = {
+    "time_to_first_token_seconds": "Histogram of time to first token in seconds.",
+    "inter_token_latency_seconds": "Histogram of inter-token latency in seconds.",
+}
 
 
 def validation_error(where: str, name: str, expected: str) -> web.Response:
@@ -494,10 +509,40 @@ class Log:
         sys.stdout.flush()
 
 
+class Histogram:
+    """A prometheus histogram's cumulative buckets, as sglang 0.5.11 declares them."""
+
+    def __init__(self, bounds: tuple[float, ...]):
+        self.bounds = bounds
+        self.counts = [0] * len(bounds)
+        self.count = 0
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        self.count += 1
+        self.sum += value
+        for index, bound in enumerate(self.bounds):
+            if value <= bound:
+                self.counts[index] += 1
+
+    def samples(self) -> list[tuple[str, dict, float]]:
+        rows = [("_sum", {}, self.sum)]
+        pairs = zip(self.bounds, self.counts, strict=True)
+        rows += [("_bucket", {"le": str(bound)}, count) for bound, count in pairs]
+        return rows + [("_bucket", {"le": "+Inf"}, self.count), ("_count", {}, self.count)]
+
+
+# sglang 0.5.11's buckets (observability/metrics_collector.py, as its /metrics shows them).
+TTFT_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0, 10.0, 20.0, 40.0, 60.0,
+                80.0, 100.0, 200.0, 400.0)  # fmt: skip
+ITL_BUCKETS = (0.002, 0.004, 0.006, 0.008, 0.01, 0.015, 0.02, 0.025, 0.03, 0.035, 0.04,
+               0.06, 0.08, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0)  # fmt: skip
+
+
 class Request:
     __slots__ = (
         "rid", "input_ids", "prompt_tokens", "cached_tokens", "max_new", "generated", "queue",
-        "started", "kv_tokens", "counted",
+        "started", "kv_tokens", "counted", "last_token_at",
     )  # fmt: skip
 
     def __init__(
@@ -519,6 +564,7 @@ class Request:
         self.generated = 0
         self.queue: asyncio.Queue = asyncio.Queue()
         self.started = time.perf_counter()
+        self.last_token_at = self.started
         self.counted = counted
 
 
@@ -594,6 +640,8 @@ class Engine:
         self.cached_tokens_total = 0
         self.requests_total = 0
         self.realtime_tokens: dict[str, int] = {}  # by mode, in the order first counted
+        self.ttft = Histogram(TTFT_BUCKETS)  # seconds from arrival to the first token
+        self.itl = Histogram(ITL_BUCKETS)  # seconds between a request's tokens
         self.frozen = False
         self.wake = asyncio.Event()
         self.last_gen_throughput = 0.0
@@ -662,7 +710,12 @@ class Engine:
         if self.decode_steps % max(1, self.args.decode_log_interval) == 0:
             self.log_decode()
         still = []
+        now = time.perf_counter()
         for request in self.running:
+            if request.counted:  # sglang's TTFT and inter-token latency histograms
+                gap = now - request.last_token_at
+                (self.itl if request.generated else self.ttft).observe(gap)
+            request.last_token_at = now
             request.generated += 1
             done = request.generated >= request.max_new
             if done or request.generated % self.args.stream_interval == 0:
