@@ -346,8 +346,13 @@ def run_show(args) -> int:
     if summary.get("running"):
         print(f"running: {len(summary['trials'])} trial(s) so far (no summary yet)")
     print(trials_markdown(summary.get("trials") or []))
+    trials_of: dict[int, list[str]] = {}
+    for row in summary.get("trials") or []:
+        if isinstance(row, dict) and isinstance(row.get("start"), int):
+            trials_of.setdefault(row["start"], []).append(str(row.get("trial")))
     for start in summary.get("starts") or []:
-        print(f"engine start {start['start']}: {start['text']}")
+        rows = ", ".join(trials_of.get(start["start"], [])) or "none"
+        print(f"engine start {start['start']} (trial(s) {rows}): {start['text']}")
     if not summary.get("running"):
         print(f"stopped: {summary.get('stopped_by')}")
     return 0
