@@ -356,17 +356,14 @@ def clearly_behind(
 ) -> Verdict | None:
     """Within a start: the candidate's windows so far (its row in `starts`) are worse than
     the incumbent's starts, at the look's level; the start can stop. Never promotes."""
-    if not any(s.setting == candidate for s in starts) or not any(
-        s.setting == incumbent for s in starts
-    ):
-        return None
-    model = StartModel.fit(starts, prior, prior_weight)
     counts = (
         sum(1 for s in starts if s.setting == candidate),
         sum(1 for s in starts if s.setting == incumbent),
     )
+    if not all(counts):
+        return None
     verdict = judge_starts(
-        model, candidate, incumbent, counts, min_effect=0.0, confidence=confidence,
-        comparisons=comparisons, look=look,
+        StartModel.fit(starts, prior, prior_weight), candidate, incumbent, counts,
+        min_effect=0.0, confidence=confidence, comparisons=comparisons, look=look,
     )  # fmt: skip
     return verdict if verdict.kind == WORSE else None
