@@ -33,12 +33,10 @@ from glm5svc.tune.decision import (
     BETTER,
     DONE,
     PAIRS_PER_LOOK,
-    PRIOR_START_SPREAD,
     START_CANDIDATE,
     START_INCUMBENT,
     UNDECIDED,
     WORSE,
-    StartModel,
     StartRecord,
     Verdict,
     clearly_behind,
@@ -121,7 +119,6 @@ class Search:
         self.records: list[TrialRecord] = []
         self.best: TrialRecord | None = None
         self.again: list[dict[str, Value]] = []  # starts the verdicts asked for, in order
-        self.retried: set[str] = set()  # pruned combinations started once more
         self.stopped_early: dict[str, str] = {}  # setting: why its start stopped early
         self.open: str | None = None  # the setting whose comparison awaits a start
         self.rewritten: list[TrialRecord] = []  # earlier records whose verdict moved
@@ -228,12 +225,11 @@ class Search:
             self.confirmation = f"the confirming start failed: {latest.verdict or latest.status}"
             return
         latest.verdict = "the confirming start of the best"
-        with open(self.run_dir / "trials" / f"{latest.number:03d}.json", "w") as handle:
-            json.dump(latest.to_json(), handle, indent=2)
         shown = gain(self.records, best, self.start, self.settings,
                      self.combo_key(best.candidate) == self.combo_key(self.start),
                      self.combo_key)  # fmt: skip
         if shown is None or shown["low"] <= 1.0:
+            latest.verdict += " (not confirmed)"
             self.confirmation = (
                 "not confirmed: with its fresh start the best's gain over the start is no "
                 "longer above zero" + (f" ({shown['low'] - 1:+.1%} lower bound)" if shown else "")
@@ -244,6 +240,8 @@ class Search:
                 f"confirmed by a fresh start (start {latest.start}): gain over the start "
                 f"{shown['mean'] - 1:+.1%} [{shown['low'] - 1:+.1%}, {shown['high'] - 1:+.1%}]"
             )
+        with open(self.run_dir / "trials" / f"{latest.number:03d}.json", "w") as handle:
+            json.dump(latest.to_json(), handle, indent=2)
 
     def _out_of_time_or_trials(self) -> bool:
         if self.should_stop():
@@ -328,7 +326,6 @@ class Search:
                     yield candidate, None
                     yield from self._drain_again()
             progress = self._best_combo() != best_at_start
-        yield from self._retry_pruned()
         while True:
             if not self.distributions:
                 return  # only the live knob: every start measured all of it
@@ -348,25 +345,6 @@ class Search:
 
     def _best_combo(self) -> str | None:
         return self.combo_key(self.best.candidate) if self.best else None
-
-    def _retry_pruned(self) -> Iterator[tuple[dict[str, Value], Any]]:
-        """With starts spreading wider than the pruning margin, a setting pruned on its
-        first window may have met a bad start: each is started once more."""
-        margin = 1 - self.settings.prune_below
-        if not self.settings.prune_below or self._start_spread() * 2 <= margin:
-            return
-        for record in list(self.records):
-            combo = self.combo_key(record.candidate)
-            if record.status == "pruned" and combo not in self.retried:
-                self.retried.add(combo)
-                yield dict(record.candidate), None
-                yield from self._drain_again()
-
-    def _start_spread(self) -> float:
-        starts = self._start_records()
-        if len(starts) < 2:
-            return PRIOR_START_SPREAD
-        return StartModel.fit(starts).sigma
 
     # ----- one engine start ------------------------------------------------------------
 
@@ -473,8 +451,8 @@ class Search:
             partial.append(StartRecord(_key(setting), order, sum(mine) / len(mine),
                                        self.combo_key(candidate)))  # fmt: skip
         starts = [*self._start_records(), *partial]
-        return all(
-            clearly_behind(
+        verdicts = {
+            row.setting: clearly_behind(
                 starts,
                 row.setting,
                 _key(best.candidate),
@@ -483,7 +461,10 @@ class Search:
                 comparisons=self.first_pass_size(),
             )  # fmt: skip
             for row in partial
-        )
+        }
+        if not all(verdicts.values()):
+            return None
+        return {setting: verdict.why for setting, verdict in verdicts.items()}
 
     def _incumbent_live(self, candidate: dict[str, Value]) -> int | None:
         """The live value to pair against within this start: the best's, when the start is
