@@ -79,10 +79,10 @@ def test_the_plan_records_the_identity_and_sends_the_custom_dataset(tmp_path):
 
 def test_a_tune_trial_plan_carries_the_workload_file(tmp_path):
     path = write(tmp_path, GOOD)
-    workload = Workload(64, 1024, 512, 256, 64, request_file=str(path))
+    workload = Workload(64, 1024, 512, request_file=str(path))
     plan = bench_plan_for(Config(), workload)
     assert plan.request_file is not None and plan.request_file.count == 3
-    assert bench_plan_for(Config(), Workload(64, 1024, 512, 256, 64)).request_file is None
+    assert bench_plan_for(Config(), Workload(64, 1024, 512)).request_file is None
 
 
 @pytest.mark.parametrize(
