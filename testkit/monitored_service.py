@@ -69,6 +69,7 @@ def write_config(
             "results_dir": str(folder / "results"),
         },
         "telemetry": {"enabled": True, "period_s": 0.5},
+        "tuning": {"radix_cache": "on"},  # prefix-cache hits for sglang:cached_tokens_total
         "benchmark": benchmark,
     }
     path = folder / "glm5.yaml"
