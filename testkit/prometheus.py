@@ -1,15 +1,21 @@
 """A real Prometheus (Debian's `prometheus` package) on loopback, and its HTTP API.
 
-For tests/monitoring and scripts/render-dashboard: a private config, data directory and
+For tests/monitoring and testkit/dashboard_render.py: a private config, data directory and
 port (never the packaged daemon's 9090 or /var/lib/prometheus), short scrape and rule
 intervals, and the scrape jobs docs/observability.md gives an operator (`scrape_jobs`).
+
+    python -m testkit.prometheus targets URL [--wait S]   # scripts/lab up --monitoring
+
+prints a running Prometheus' targets and exits 1 unless every one is up within S seconds.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import shutil
 import subprocess
+import sys
 import time
 import urllib.parse
 from collections.abc import Callable
@@ -127,9 +133,14 @@ class Prometheus:
             raise AssertionError(f"Prometheus /api/v1/{path} {params}: {answer}")
         return answer["data"]
 
-    def query(self, expr: str) -> list[dict]:
-        """The instant vector `expr` gives now."""
-        return self.api("query", query=expr)["result"]
+    def query(self, expr: str, at: float | None = None) -> list[dict]:
+        """The instant vector `expr` gives now (or at unix time `at`)."""
+        params = {"query": expr} if at is None else {"query": expr, "time": at}
+        return self.api("query", **params)["result"]
+
+    def query_range(self, expr: str, start: float, end: float, step_s: float) -> list[dict]:
+        """The range vector `expr` gives from `start` to `end` (unix seconds)."""
+        return self.api("query_range", query=expr, start=start, end=end, step=step_s)["result"]
 
     def alerts(self, name: str) -> list[dict]:
         return [a for a in self.api("alerts")["alerts"] if a["labels"]["alertname"] == name]
@@ -145,3 +156,39 @@ class Prometheus:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+
+
+def targets_at(url: str) -> list[dict]:
+    """The active targets of the Prometheus at `url`, [] while it does not answer."""
+    try:
+        body = fetch_bytes(f"{url}/api/v1/targets", timeout_s=5)[1]
+    except FetchError:
+        return []
+    return json.loads(body)["data"]["activeTargets"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m testkit.prometheus")
+    parser.add_argument("what", choices=["targets"])
+    parser.add_argument("url", help="the Prometheus, e.g. http://127.0.0.1:9230")
+    parser.add_argument("--wait", type=float, default=60.0, help="seconds to wait for all up")
+    args = parser.parse_args(argv)
+    deadline = time.monotonic() + args.wait
+    while True:
+        targets = targets_at(args.url)
+        if (targets and all(t["health"] == "up" for t in targets)) or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    for target in targets:
+        job, instance = target["labels"].get("job", "?"), target["labels"].get("instance", "?")
+        error = target.get("lastError", "")
+        print(f"{job:10} {instance:20} {target['scrapeUrl']:45} {target['health']:8} {error}")
+    if not targets or any(t["health"] != "up" for t in targets):
+        print(f"{args.url}: not every target is up after {args.wait:.0f} s", file=sys.stderr)
+        return 1
+    print(f"{args.url}: {len(targets)} targets, every one up")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
