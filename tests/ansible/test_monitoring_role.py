@@ -81,8 +81,13 @@ def render(tmp_path: Path) -> Path:
     return out
 
 
-def test_the_role_renders_a_config_promtool_accepts_and_the_firewall(tmp_path):
-    out = render(tmp_path)
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory) -> Path:
+    return render(tmp_path_factory.mktemp("monitoring-role"))
+
+
+def test_the_role_renders_a_config_promtool_accepts_and_the_firewall(rendered):
+    out = rendered
     check = subprocess.run(
         [binary("promtool"), "check", "config", str(out / "prometheus.yml")],
         capture_output=True, text=True, timeout=60,
@@ -107,13 +112,13 @@ def test_the_role_renders_a_config_promtool_accepts_and_the_firewall(tmp_path):
     assert nft.index("accept\n    tcp dport 9400 drop") > 0  # the drop comes last
 
 
-def test_nft_accepts_the_firewall_table(tmp_path):
+def test_nft_accepts_the_firewall_table(rendered):
     """`nft -c` parses the table as the role's validate step does (where nft is installed:
     the lab and CI machines have it: Debian's lxc depends on nftables)."""
     nft = shutil.which("nft") or shutil.which("nft", path="/usr/sbin")
     if nft is None:
         pytest.skip("nft not installed (Debian's nftables)")
-    out = render(tmp_path)
+    out = rendered
     check = subprocess.run(
         [nft, "-c", "-f", str(out / "firewall.nft")], capture_output=True, text=True
     )
