@@ -142,6 +142,10 @@ class Prometheus:
         """The range vector `expr` gives from `start` to `end` (unix seconds)."""
         return self.api("query_range", query=expr, start=start, end=end, step=step_s)["result"]
 
+    def label_values(self, label: str, match: str) -> list[str]:
+        """What Grafana's label_values(match, label) lists."""
+        return self.api(f"label/{label}/values", **{"match[]": match})
+
     def alerts(self, name: str) -> list[dict]:
         return [a for a in self.api("alerts")["alerts"] if a["labels"]["alertname"] == name]
 

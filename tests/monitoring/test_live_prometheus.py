@@ -5,6 +5,7 @@ when the engine dies, and resolves once the service is started again (systemd's 
 
 from __future__ import annotations
 
+import json
 import math
 import re
 
@@ -77,6 +78,17 @@ def test_every_dashboard_query_and_recording_rule_has_a_series(stack):
     assert len(queries) > 30 and DASHBOARD.is_file()
     for title, expr in queries:
         wait_for(lambda e=expr: finite_series(prometheus, e), 15, f"{title}: {expr}")
+
+
+def test_the_template_variables_list_the_instance_and_both_gpus(stack):
+    _, prometheus = stack
+    variables = {v["name"]: v for v in json.loads(DASHBOARD.read_text())["templating"]["list"]}
+    found = {}
+    for name in ("instance", "gpu"):
+        query = re.fullmatch(r"label_values\((.+), (\w+)\)", variables[name]["query"])
+        match = query.group(1).replace("$instance", ".*")
+        found[name] = prometheus.label_values(query.group(2), match)
+    assert found == {"instance": ["127.0.0.1"], "gpu": ["0", "1"]}
 
 
 def test_metrics_serves_the_catalog(stack):
