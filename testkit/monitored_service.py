@@ -128,9 +128,9 @@ class ServeUnit:
         os.kill(self.status()["engine_pid"], signal.SIGKILL)
 
     def wait_exited(self, timeout_s: float = 30) -> int:
-        return wait_for(lambda: self.proc.poll() is not None, timeout_s, "serve to exit") and (
-            self.proc.returncode
-        )
+        """Its exit status, once it exited."""
+        wait_for(lambda: self.proc.poll() is not None, timeout_s, "serve to exit")
+        return self.proc.returncode
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")[-3000:]

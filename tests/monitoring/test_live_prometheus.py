@@ -47,7 +47,8 @@ def stack(tmp_path_factory, bench_python, tiny_tokenizer):
     try:
         prometheus.start()
         unit.wait_ready()
-        unit.wait_benchmark()
+        benchmark = unit.wait_benchmark()
+        assert benchmark["error"] is None and benchmark["levels"], benchmark
         wait_for(lambda: all_up(prometheus), 30, "both targets up")
         # Requests after the first scrapes, so the 1 m rates and histograms see them.
         send_requests(unit.engine, 8)
