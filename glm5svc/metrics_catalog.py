@@ -9,7 +9,7 @@ appears here without a list kept by hand. docs/metrics.md is this catalog
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 from glm5svc.records import BenchmarkLevel, BenchmarkStatus
 from glm5svc.serve.metrics import build_registry
@@ -37,6 +37,8 @@ class Family:
     labels: tuple[str, ...]
     unit: str
     help: str
+    # A label's values where the code enumerates them (phase, reason, direction).
+    values: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 class _EverySampler:
@@ -81,7 +83,8 @@ def table() -> list[str]:
     """The catalog as a Markdown table."""
     rows = ["| family | type | labels | unit | meaning |", "|---|---|---|---|---|"]
     for family in families():
-        labels = ", ".join(f"`{label}`" for label in family.labels) or "—"
+        labels = ", ".join(_label(label, family.values.get(label)) for label in family.labels)
+        labels = labels or "—"
         unit = family.unit or ("count" if family.type == "counter" else "—")
         meaning = family.help.replace("|", "\\|")
         rows.append(f"| `{family.name}` | {family.type} | {labels} | {unit} | {meaning} |")
@@ -95,10 +98,21 @@ def families() -> list[Family]:
     for metric in registry.collect():
         sample = metric.samples[0]
         labels = tuple(dict.fromkeys(key for s in metric.samples for key in s.labels))
-        found.append(
-            Family(sample.name, metric.type, labels, unit_of(sample.name), metric.documentation)
-        )
+        seen = {
+            label: tuple(dict.fromkeys(s.labels[label] for s in metric.samples)) for label in labels
+        }
+        values = {
+            label: found_values for label, found_values in seen.items() if len(found_values) > 1
+        }
+        unit = unit_of(sample.name)
+        found.append(Family(sample.name, metric.type, labels, unit, metric.documentation, values))
     return found
+
+
+def _label(label: str, values: tuple[str, ...] | None) -> str:
+    if not values:
+        return f"`{label}`"
+    return f"`{label}` ({', '.join(f'`{value}`' for value in values)})"
 
 
 def names() -> set[str]:

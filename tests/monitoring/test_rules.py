@@ -149,3 +149,9 @@ def test_the_rules_read_only_served_or_recorded_names():
 def test_the_name_reader_finds_selectors_and_skips_labels():
     expr = 'max by (instance) (rate(a_total{job="x:y"}[1m])) / on (gpu) b:c:d > 0.3'
     assert metric_names(expr) == {"a_total", "b:c:d"}
+
+
+def test_the_observability_doc_names_every_alert_and_recorded_series():
+    text = (REPO / "docs" / "observability.md").read_text()
+    names = [rule.get("alert") or rule["record"] for rule in rules()]
+    assert [name for name in names if f"`{name}`" not in text] == []
