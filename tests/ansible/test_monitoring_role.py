@@ -123,3 +123,8 @@ def test_nft_accepts_the_firewall_table(rendered):
         [nft, "-c", "-f", str(out / "firewall.nft")], capture_output=True, text=True
     )
     assert check.returncode == 0, check.stderr
+
+
+def test_the_role_installs_the_packages_rules_file():
+    shipped = REPO / "roles" / "glm5_monitoring" / "files" / "glm5svc-rules.yml"
+    assert shipped.resolve() == RULES.resolve()  # a link, never a copy that drifts

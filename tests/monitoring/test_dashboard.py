@@ -5,12 +5,16 @@ give, through the instance and GPU variables."""
 from __future__ import annotations
 
 import json
+import tomllib
+from pathlib import Path
 
 import yaml
 
 from testkit import dashboard
 from testkit.prometheus import DASHBOARD, RULES
 from tests.monitoring.test_rules import metric_names, served_names
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def committed() -> dict:
@@ -68,3 +72,16 @@ def test_every_query_goes_through_the_variables():
             assert 'instance=~"$instance"' in target["expr"], panel["title"]
             if "glm5svc_gpu" in target["expr"]:
                 assert 'gpu=~"$gpu"' in target["expr"], panel["title"]
+
+
+def test_glm5svc_needs_nothing_of_the_sdk():
+    """The SDK is the generator's (the test extra); glm5svc neither requires nor imports it."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert not [dep for dep in project["dependencies"] if "grafana" in dep]
+    assert any("grafana-foundation-sdk" in dep for dep in project["optional-dependencies"]["test"])
+    importers = [
+        path.relative_to(REPO)
+        for path in (REPO / "glm5svc").rglob("*.py")
+        if "grafana_foundation_sdk" in path.read_text(encoding="utf-8")
+    ]
+    assert importers == []
