@@ -266,6 +266,14 @@ ROWS: tuple[tuple[str, tuple[PanelSpec, ...]], ...] = (
 )
 
 
+# Stat panels whose values are states, in words and colours.
+READY = {
+    "0": model.ValueMappingResult(text="not ready", color="red", index=0),
+    "1": model.ValueMappingResult(text="ready", color="green", index=1),
+}
+MAPPINGS = {"Ready": [model.ValueMap(options=READY)]}
+
+
 def _targets(spec: PanelSpec) -> list[prometheus.Dataquery]:
     return [
         prometheus.Dataquery().expr(query.expr).legend_format(query.legend).ref_id(chr(65 + n))
@@ -277,6 +285,7 @@ def _panel(spec: PanelSpec, panel_id: int):
     if spec.kind == "stat":
         panel = (
             stat.Panel()
+            .mappings(MAPPINGS.get(spec.title, []))
             .text_mode(
                 common.BigValueTextMode.NAME
                 if spec.title == "Phase"
