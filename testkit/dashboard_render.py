@@ -83,9 +83,13 @@ def draw(prometheus: Prometheus, start: float, end: float, out: Path) -> None:
         for target in panel["targets"]:
             expr = target["expr"].replace("$instance", ".*").replace("$gpu", ".*")
             if panel["type"] == "stat":  # the value at the end, as Grafana's "last"
+                words = {}
+                for mapping in panel["fieldConfig"]["defaults"].get("mappings", []):
+                    words.update({k: v["text"] for k, v in mapping["options"].items()})
                 for series in prometheus.query(expr, at=end):
                     name = legend(target.get("legendFormat", ""), series["metric"])
-                    text = f"{name}: {float(series['value'][1]):.3g}"
+                    value = series["value"][1]
+                    text = f"{name}: {words.get(value) or f'{float(value):.3g}'}"
                     axis.text(0.02, 0.85 - 0.14 * len(axis.texts), text, transform=axis.transAxes)
                 continue
             for series in prometheus.query_range(expr, start, end, 1):
@@ -105,7 +109,7 @@ def draw(prometheus: Prometheus, start: float, end: float, out: Path) -> None:
     figure.suptitle(
         "glm5svc dashboard queries (test engine, fake GPUs; the engine killed two thirds in)"
     )
-    figure.tight_layout()
+    figure.tight_layout(rect=(0, 0, 1, 0.97))  # room for the title
     out.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(out, dpi=80)
 
