@@ -7,7 +7,7 @@ The SDK is a development dependency (the `test` extra): the committed JSON is wh
 operator imports, and it needs nothing. Queries read the rules' recorded series where one
 exists (glm5svc/data/monitoring/glm5svc-rules.yml), so the dashboard and the alerts agree;
 `instance` is the replica's host name in both scrape jobs (docs/observability.md).
-`panel_queries()` is what tests/monitoring and scripts/render-dashboard ask Prometheus.
+tests/monitoring and testkit/dashboard_render.py ask Prometheus the committed JSON's queries.
 """
 
 from __future__ import annotations
@@ -366,16 +366,6 @@ def build() -> dict:
 
 def render() -> str:
     return json.dumps(build(), indent=2, sort_keys=True) + "\n"
-
-
-def panel_queries() -> list[tuple[str, str]]:
-    """(panel title, PromQL) for every query of every panel, in the generated JSON."""
-    board = build()
-    return [
-        (panel["title"], target["expr"])
-        for panel in board["panels"]
-        for target in panel.get("targets", [])
-    ]
 
 
 def main(argv: list[str] | None = None) -> int:

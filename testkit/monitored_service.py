@@ -1,6 +1,6 @@
 """`glm5svc serve` over the test engine and two fake GPUs, run as systemd runs glm5.service.
 
-What tests/monitoring and scripts/render-dashboard point a real Prometheus at: the service's
+What tests/monitoring and testkit/dashboard_render.py point a real Prometheus at: the service's
 listener (GPU telemetry from testkit's fake NVML), the engine's /metrics, requests that
 give the engine's histograms and counters something to count, and an optional post-start
 benchmark (the real bench_serving) against a baseline file, for the glm5svc_bench_* gauges.
