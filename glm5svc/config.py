@@ -15,6 +15,7 @@ import ipaddress
 import os
 import re
 import stat
+import typing
 import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -32,6 +33,7 @@ from pydantic import (
     model_validator,
 )
 
+from glm5svc import paths
 from glm5svc.config_yaml import YamlDocument, parse_yaml, read_config_bytes, read_regular_bytes
 from glm5svc.errors import ConfigError
 from glm5svc.targets import DEFAULT_TARGET, get_target, known_targets
@@ -613,6 +615,7 @@ def read_api_key(key_file: Path | None) -> str | None:
     """
     if key_file is None:
         return None
+    paths.API_KEY_FILE.check(key_file)
     try:
         key = read_regular_bytes(Path(key_file)).decode("utf-8").strip()
         mode = os.stat(key_file).st_mode
@@ -705,13 +708,9 @@ def example_config_path() -> Path:
 def load_config(path: str | os.PathLike | None = None) -> Config:
     """Load and validate the config file; raises ConfigError listing every problem."""
     config_path = resolve_config_path(path)
+    paths.CONFIG.check(config_path)
     try:
         text = read_config_bytes(config_path)
-    except FileNotFoundError:
-        raise ConfigError(
-            f"{config_path}: no such file. Create it (example: {example_config_path()}) "
-            f"or pass --config / set {CONFIG_ENV_VAR}."
-        ) from None
     except OSError as exc:
         raise ConfigError(
             f"{config_path}: cannot read: {exc.strerror or exc}; make it a file readable by "
@@ -825,13 +824,16 @@ _MUST_BE = {
 }
 
 
-def describe_error(err: dict[str, Any], document: YamlDocument | None = None) -> str:
-    """One readable line per pydantic error: line, key path, what was wrong, what is allowed."""
+def describe_error(
+    err: dict[str, Any], document: YamlDocument | None = None, schema: type[BaseModel] | None = None
+) -> str:
+    """One readable line per pydantic error: line, key path, what was wrong, what is allowed.
+    `schema`: the model the file was validated with (the configuration's by default)."""
     loc = list(err["loc"])
     kind = err["type"]
     given = err.get("input")
     if kind == "extra_forbidden":
-        return _at(document, loc, f"unknown key{_did_you_mean([str(p) for p in loc])}")
+        return _at(document, loc, f"unknown key{_did_you_mean(loc, schema or Config)}")
     if kind == "literal_error":
         expected = err["ctx"]["expected"]
         return _at(document, loc, f"{_shown(given)} is not allowed; expected {expected}")
@@ -873,15 +875,29 @@ def section_keys(section: str) -> tuple[type[BaseModel], list[str]]:
     return model, list(model.model_fields)
 
 
-def _did_you_mean(loc: list[str]) -> str:
-    model: type[BaseModel] = Config
+def _did_you_mean(loc: list[str], schema: type[BaseModel]) -> str:
+    """The hint for an unknown key: the keys allowed where it is, from the schema's model
+    at that level (a knob's fields inside a knob, a section's keys inside a section)."""
+    model = schema
     for part in loc[:-1]:
-        field = model.model_fields.get(part)
-        annotation = getattr(field, "annotation", None) if field else None
-        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+        field = model.model_fields.get(part) if isinstance(part, str) else None
+        if field is None:
+            continue  # a list's index or a mapping's key: the same model's items
+        if (inner := inner_model(field.annotation)) is None:
             break
-        model = annotation
+        model = inner
     allowed = list(model.model_fields)
-    close = difflib.get_close_matches(loc[-1], allowed, n=1)
+    close = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
     hint = f"; did you mean '{close[0]}'?" if close else ""
     return f"{hint} (allowed here: {', '.join(allowed)})"
+
+
+def inner_model(annotation: Any) -> type[BaseModel] | None:
+    """The model a field holds: itself, or inside Optional, a list or a mapping's values.
+    A list's index or a mapping's key in the key path then stays at that model."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for argument in reversed(typing.get_args(annotation)):
+        if (model := inner_model(argument)) is not None:
+            return model
+    return None

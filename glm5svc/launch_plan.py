@@ -229,8 +229,10 @@ def check_model_path(config: Config, model: ModelFacts | None = None) -> None:
     """ConfigError when model.path holds something sglang cannot start on."""
     model = model or read_model_facts(config.model.path)
     stand_in = config.server.command is not None  # reads no checkpoint
-    if problem := model.problem or (None if stand_in else model.missing_config):
-        raise ConfigError(f"model.path: {problem}")
+    if model.problem:  # "model.path: <path>: <what is there>; <the fix>"
+        raise ConfigError(model.problem)
+    if model.missing_config and not stand_in:
+        raise ConfigError(f"model.path: {model.missing_config}")
 
 
 def _target_notes(config: Config, plan: LaunchPlan) -> None:

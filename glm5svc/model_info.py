@@ -9,12 +9,11 @@ and says so.
 
 from __future__ import annotations
 
-import errno
 import json
-import os
-import stat
 from dataclasses import dataclass, replace
 from pathlib import Path
+
+from glm5svc import paths
 
 DSA_ARCHITECTURES = (
     "DeepseekV3ForCausalLM",
@@ -38,6 +37,7 @@ class ModelFacts:
     from_config: bool = True
     problem: str | None = None  # model.path holds something that is not a checkpoint
     missing_config: str | None = None  # a folder without config.json
+    vocab_size: int | None = None  # config.json's (or its text_config's) vocab_size
 
     @property
     def summary(self) -> str:
@@ -50,20 +50,7 @@ class ModelFacts:
 def model_path_problem(model_dir: Path) -> str | None:
     """Why model.path cannot be a checkpoint although something is there (None when it can,
     or when nothing is there yet: the plan is then made for the reference model)."""
-    model_dir = Path(model_dir)
-    try:
-        mode = model_dir.stat().st_mode
-    except FileNotFoundError:
-        if model_dir.is_symlink():
-            return f"{model_dir} is a symlink to {os.readlink(model_dir)}, which does not exist"
-        return None
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            return f"{model_dir} is a symlink loop; point it at the checkpoint folder"
-        return f"{model_dir}: {exc.strerror or exc}"
-    if not stat.S_ISDIR(mode):
-        return f"{model_dir} is a file, not the checkpoint's folder; give the folder"
-    return None
+    return paths.MODEL_PATH.problem(model_dir)
 
 
 def missing_config_problem(model_dir: Path) -> str | None:
@@ -96,7 +83,10 @@ def read_model_facts(model_dir: Path) -> ModelFacts:
     architecture = str(architectures[0])
     sparse = architecture in DSA_ARCHITECTURES and data.get("index_topk") is not None
     moe = any(isinstance(data.get(key), int) and data[key] > 0 for key in EXPERT_KEYS)
-    return ModelFacts(architecture, sparse, moe, str(path))
+    text = data.get("text_config") if isinstance(data.get("text_config"), dict) else {}
+    vocab = data.get("vocab_size", text.get("vocab_size"))
+    vocab = vocab if isinstance(vocab, int) and not isinstance(vocab, bool) and vocab > 1 else None
+    return ModelFacts(architecture, sparse, moe, str(path), vocab_size=vocab)
 
 
 def _assumed(problem: str) -> ModelFacts:

@@ -29,10 +29,8 @@ Speaks the part of SGLang's HTTP surface that glm5svc and `sglang.bench_serving
                      moe_ep_rank, pp_rank, tp_rank), advancing with every step; the
                      tokenizer's prompt_tokens_total, generation_tokens_total,
                      num_requests_total and cached_tokens_total{cache_source="device"}
-                     (labels engine_type, model_name), counted when a request finishes, and
-                     the histograms time_to_first_token_seconds and
-                     inter_token_latency_seconds with sglang's buckets; a family appears
-                     once it has a sample, as in prometheus multiprocess mode
+                     (labels engine_type, model_name), counted when a request finishes; a
+                     family appears once it has a sample, as in prometheus multiprocess mode
 Accepts launch_server-style arguments (--host, --port, --model-path, ...; the rest is
 ignored) and prints SGLang-like log lines for each start-up phase, the warm-up generation
 (8 tokens of "The capital city of France is"; none with --skip-server-warmup) before "The
@@ -360,51 +358,6 @@ METRICS = {
         "scheduler",
     ),
 }  # fmt: skip
-# The tokenizer's latency histograms, with sglang 0.5.11's buckets (observability/
-# metrics_collector.py, as a real engine serves them: tests/fixtures/real_engine/
-# sglang-0.5.11-h200-service-new-drain/metrics-under-load.txt). Observed once per finished
-# request: its time to first token, and its mean gap between later tokens.
-HISTOGRAMS = {
-    "time_to_first_token_seconds": "Histogram of time to first token in seconds.",
-    "inter_token_latency_seconds": "Histogram of inter-token latency in seconds.",
-}
-TTFT_BUCKETS = (
-    0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0, 10.0, 20.0, 40.0, 60.0, 80.0, 100.0,
-    200.0, 400.0,
-)  # fmt: skip
-ITL_BUCKETS = (
-    0.002, 0.004, 0.006, 0.008, 0.01, 0.015, 0.02, 0.025, 0.03, 0.035, 0.04, 0.06, 0.08, 0.1,
-    0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0,
-)  # fmt: skip
-
-
-class Histogram:
-    """A Prometheus histogram's cumulative buckets, sum and count."""
-
-    def __init__(self, bounds: tuple[float, ...]):
-        self.bounds = bounds
-        self.counts = [0] * (len(bounds) + 1)  # the last one is +Inf
-        self.sum = 0.0
-        self.count = 0
-
-    def observe(self, value: float) -> None:
-        index = next((i for i, bound in enumerate(self.bounds) if value <= bound), -1)
-        self.counts[index] += 1
-        self.sum += value
-        self.count += 1
-
-    def lines(self, name: str, labels: dict[str, str]) -> list[str]:
-        def text(extra: dict[str, str]) -> str:
-            merged = {**labels, **extra}
-            return ",".join(f'{key}="{merged[key]}"' for key in sorted(merged))
-
-        lines = [f"sglang:{name}_sum{{{text({})}}} {self.sum}"]
-        cumulative = 0
-        for bound, count in zip((*self.bounds, "+Inf"), self.counts, strict=True):
-            cumulative += count
-            lines.append(f"sglang:{name}_bucket{{{text({'le': str(bound)})}}} {float(cumulative)}")
-        lines.append(f"sglang:{name}_count{{{text({})}}} {float(self.count)}")
-        return lines
 
 
 def server_args_dict(args) -> dict:
@@ -458,14 +411,22 @@ def render_metrics(engine: Engine, model_name: str) -> str:
             labels = {**(scheduler if side == "scheduler" else tokenizer), **extra}
             text = ",".join(f'{key}="{labels[key]}"' for key in sorted(labels))
             lines.append(f"sglang:{name}{{{text}}} {float(value)}")
-    for name, histogram in (
-        ("time_to_first_token_seconds", engine.ttft),
-        ("inter_token_latency_seconds", engine.itl),
-    ):
-        if histogram.count:
-            lines += [f"# HELP sglang:{name} {HISTOGRAMS[name]}", f"# TYPE sglang:{name} histogram"]
-            lines += histogram.lines(name, tokenizer)
+    for name, histogram in HISTOGRAMS.items():
+        if not getattr(engine, histogram).count:
+            continue
+        lines += [f"# HELP sglang:{name} {HISTOGRAM_HELP[name]}", f"# TYPE sglang:{name} histogram"]
+        for suffix, extra, value in getattr(engine, histogram).samples():
+            labels = {**tokenizer, **extra}
+            text = ",".join(f'{key}="{labels[key]}"' for key in sorted(labels))
+            lines.append(f"sglang:{name}{suffix}{{{text}}} {float(value)}")
     return "\n".join(lines) + "\n"
+
+
+HISTOGRAMS = {"time_to_first_token_seconds": "ttft", "inter_token_latency_seconds": "itl"}
+HISTOGRAM_HELP = {
+    "time_to_first_token_seconds": "Histogram of time to first token in seconds.",
+    "inter_token_latency_seconds": "Histogram of inter-token latency in seconds.",
+}
 
 
 def validation_error(where: str, name: str, expected: str) -> web.Response:
@@ -548,10 +509,40 @@ class Log:
         sys.stdout.flush()
 
 
+class Histogram:
+    """A prometheus histogram's cumulative buckets, as sglang 0.5.11 declares them."""
+
+    def __init__(self, bounds: tuple[float, ...]):
+        self.bounds = bounds
+        self.counts = [0] * len(bounds)
+        self.count = 0
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        self.count += 1
+        self.sum += value
+        for index, bound in enumerate(self.bounds):
+            if value <= bound:
+                self.counts[index] += 1
+
+    def samples(self) -> list[tuple[str, dict, float]]:
+        rows = [("_sum", {}, self.sum)]
+        pairs = zip(self.bounds, self.counts, strict=True)
+        rows += [("_bucket", {"le": str(bound)}, count) for bound, count in pairs]
+        return rows + [("_bucket", {"le": "+Inf"}, self.count), ("_count", {}, self.count)]
+
+
+# sglang 0.5.11's buckets (observability/metrics_collector.py, as its /metrics shows them).
+TTFT_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0, 10.0, 20.0, 40.0, 60.0,
+                80.0, 100.0, 200.0, 400.0)  # fmt: skip
+ITL_BUCKETS = (0.002, 0.004, 0.006, 0.008, 0.01, 0.015, 0.02, 0.025, 0.03, 0.035, 0.04,
+               0.06, 0.08, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0)  # fmt: skip
+
+
 class Request:
     __slots__ = (
         "rid", "input_ids", "prompt_tokens", "cached_tokens", "max_new", "generated", "queue",
-        "started", "first_token", "kv_tokens", "counted",
+        "started", "kv_tokens", "counted", "last_token_at",
     )  # fmt: skip
 
     def __init__(
@@ -573,7 +564,7 @@ class Request:
         self.generated = 0
         self.queue: asyncio.Queue = asyncio.Queue()
         self.started = time.perf_counter()
-        self.first_token: float | None = None
+        self.last_token_at = self.started
         self.counted = counted
 
 
@@ -648,9 +639,9 @@ class Engine:
         self.generation_tokens_total = 0
         self.cached_tokens_total = 0
         self.requests_total = 0
-        self.ttft = Histogram(TTFT_BUCKETS)
-        self.itl = Histogram(ITL_BUCKETS)
         self.realtime_tokens: dict[str, int] = {}  # by mode, in the order first counted
+        self.ttft = Histogram(TTFT_BUCKETS)  # seconds from arrival to the first token
+        self.itl = Histogram(ITL_BUCKETS)  # seconds between a request's tokens
         self.frozen = False
         self.wake = asyncio.Event()
         self.last_gen_throughput = 0.0
@@ -719,10 +710,13 @@ class Engine:
         if self.decode_steps % max(1, self.args.decode_log_interval) == 0:
             self.log_decode()
         still = []
+        now = time.perf_counter()
         for request in self.running:
+            if request.counted:  # sglang's TTFT and inter-token latency histograms
+                gap = now - request.last_token_at
+                (self.itl if request.generated else self.ttft).observe(gap)
+            request.last_token_at = now
             request.generated += 1
-            if request.first_token is None:
-                request.first_token = time.perf_counter()
             done = request.generated >= request.max_new
             if done or request.generated % self.args.stream_interval == 0:
                 request.queue.put_nowait(done)
@@ -744,10 +738,6 @@ class Engine:
             self.generation_tokens_total += request.generated
             self.cached_tokens_total += request.cached_tokens
             self.requests_total += 1
-            now = time.perf_counter()
-            self.ttft.observe(request.first_token - request.started)
-            if request.generated > 1:
-                self.itl.observe((now - request.first_token) / (request.generated - 1))
 
     def used_tokens(self) -> int:
         return sum(r.prompt_tokens + r.generated for r in self.running)

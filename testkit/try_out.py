@@ -16,7 +16,9 @@ Runs with any Python 3.11+ (standard library only); glm5svc runs in a venv:
   the try venv.
 What is specific to the try-out (the test engine as server.command, preflight off since
 there is no GPU to check, loopback ports) is in the configuration it writes and prints.
-Everything goes to .cache/try/ (git-ignored): the configuration, serve's log, the results.
+Everything goes to .cache/try/ (git-ignored): the configuration, serve's log, the results;
+`.cache/bin/glm5svc` runs this checkout's glm5svc from any folder (the try-out prints the
+`export PATH=...` line), and the try venv's `python -m glm5svc` works from any folder too.
 
     python3 -m testkit.try_out [--keep-running] [--short]
 """
@@ -46,6 +48,7 @@ from testkit.engine import SHORT_STEADY, TEST_ENGINE, free_port
 REPO = Path(__file__).resolve().parents[1]
 TRY_VENV = REPO / ".cache" / "venvs" / "try"
 WORK = REPO / ".cache" / "try"
+BIN = REPO / ".cache" / "bin"  # the glm5svc command the try-out names
 # Needs root to build (libsystemd headers); glm5svc works without it outside systemd.
 NOT_NEEDED = ("systemd-python",)
 LADDER = ["4", "16"]
@@ -98,7 +101,26 @@ def ensure_venvs() -> tuple[Path, Path]:
         # Last, so that pip does not list sglang's own (unwanted) dependencies as missing.
         _pip(python, "--no-compile", f"sglang=={SGLANG_VERSION}", "--no-deps")
         marker.write_text(spec)
+    # The checkout on the venv's path (what an editable install does): `-m glm5svc` anywhere.
+    site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    (Path(site) / "glm5svc-checkout.pth").write_text(f"{REPO}\n")
     return python, python
+
+
+def link_command(python: Path) -> Path:
+    """.cache/bin/glm5svc: this checkout's glm5svc on the try-out's Python, from any folder."""
+    BIN.mkdir(parents=True, exist_ok=True)
+    command = BIN / "glm5svc"
+    command.write_text(
+        "#!/bin/sh\n# glm5svc of this checkout with the try-out's venv (written by scripts/try)\n"
+        f"PYTHONPATH={shlex.quote(str(REPO))}${{PYTHONPATH:+:$PYTHONPATH}} "
+        f'exec {shlex.quote(str(python))} -m glm5svc "$@"\n'
+    )
+    command.chmod(0o755)
+    return command
 
 
 def write_config(work: Path, python: Path, bench_python: Path) -> Path:
@@ -191,6 +213,9 @@ def main(argv: list[str] | None = None) -> int:
         status = wait_ready(python, config, serve)
         say(f"ready after {time.monotonic() - started:.1f} s; glm5svc status:")
         print(status.stdout, end="", flush=True)
+        command = link_command(python)
+        say(f"glm5svc from any folder: export PATH={shlex.quote(str(command.parent))}:$PATH "
+            f"GLM5SVC_CONFIG={shlex.quote(str(config))}")  # fmt: skip
         ladder = LADDER[:1] if args.short else LADDER
         bench_args = [
             "bench", "--ladder", *ladder, "--input-len", "64", "--output-len", "16",
@@ -202,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"try: glm5svc bench exited with {bench.returncode}")
         if args.keep_running:
             say(f"serve keeps running (pid {serve.pid}); ^C stops it")
-            serve.wait()
+            serve.wait(None)
     except KeyboardInterrupt:
         pass
     finally:

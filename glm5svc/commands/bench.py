@@ -12,6 +12,7 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
+from glm5svc import paths
 from glm5svc.cli_options import Range, add_number, http_url
 from glm5svc.config import (
     MAX_COUNT,
@@ -146,11 +147,45 @@ def _missing(path: Path) -> bool:
     return not path.exists()
 
 
+def check_paths(config: Config, args) -> None:
+    """The request file and the results folder, from the flags or the configuration."""
+    for rule, given in (
+        (paths.REQUEST_FILE, args.request_file),
+        (paths.RESULTS_DIR, args.results_dir),
+    ):
+        if given:
+            rule.check(given)
+    paths.check_config_paths(
+        config, request_file=not args.request_file, results=not args.results_dir
+    )
+
+
+def refuse_a_gate_that_cannot_judge(plan: dict, baseline_ref: str) -> None:
+    """--fail-on-regression against a baseline no run of this plan can be judged against
+    (another workload, or none recorded, as the shipped reference's): refused before the
+    ladder runs, with the gate that works."""
+    from glm5svc.bench.baselines import load_baseline
+    from glm5svc.bench.verdicts import workload_difference
+
+    why = workload_difference({"name": "this run", "plan": plan}, load_baseline(baseline_ref))
+    if why:
+        raise ConfigError(
+            f"--fail-on-regression against the baseline {baseline_ref}: {why}, so the gate "
+            "could not judge this run and would exit 3 after the whole ladder; gate on a run "
+            "of your own: `glm5svc bench` once on the deployment you trust (the report names "
+            "its run directory), then `glm5svc bench --fail-on-regression --baseline "
+            "RUN_DIR`. Without --fail-on-regression the report shows this baseline's figures "
+            "beside the run's"
+        )
+
+
 def run(args) -> int:
     from glm5svc.bench import BenchPlan, Judgement, plan_from_config, run_benchmark
     from glm5svc.bench.runner import raise_terminated
 
     config = _config(args)
+    with rules_of(args.config):  # located in the file as validate locates them
+        check_paths(config, args)
     if args.request_file and (args.input_len or args.output_len):
         raise ConfigError(
             "--request-file gives each request's input and output length: leave out "
@@ -171,6 +206,8 @@ def run(args) -> int:
     with rules_of(args.config):
         plan = plan_from_config(config, **{**overrides, "ladder": ladder})
         judgement = Judgement.from_config(config, baseline="" if baseline == "none" else baseline)
+    if args.fail_on_regression and judgement.baseline:
+        refuse_a_gate_that_cannot_judge(plan.describe(), judgement.baseline)
     results_root = Path(args.results_dir) if args.results_dir else config.service.results_dir
     for sig in (signal.SIGTERM, signal.SIGHUP):  # end bench_serving too, as ^C does
         signal.signal(sig, raise_terminated)

@@ -1,6 +1,11 @@
-"""`glm5svc status`: summarise the running service from its /status (exit 0 only when ready);
-`--fleet`: every replica's /status and the gateway's view of them in one table (exit 0 only
-when every replica is ready and the gateway counts all of them healthy)."""
+"""`glm5svc status`: the running service, from its /status: phase, readiness, the KV pool
+the engine allocated; `--fleet`: every replica's /status and the gateway's view of them in
+one table.
+
+Exit status: 0 ready (with --fleet: every replica ready and the gateway counts all of them
+healthy); 1 not ready; 3 unreachable (nothing listens: the service is not running); 4 the
+answer is not a glm5svc status (another program on the port); 78 bad config/flags.
+"""
 
 from __future__ import annotations
 
@@ -33,6 +38,7 @@ def register(subparsers):
             "summarise the running service (exit 0 ready, 1 not ready, 3 unreachable, "
             "4 the answer is not a glm5svc status)"
         ),
+        description=__doc__,
     )
     parser.add_argument("--json", action="store_true", help="print /status as JSON")
     add_number(
@@ -123,7 +129,9 @@ def run_fleet(args) -> int:
             gateway=args.gateway or config.fleet.gateway,
         )
     except ValidationError as exc:
-        problems = [describe_error(error) for error in exc.errors(include_url=False)]
+        problems = [
+            describe_error(error, schema=FleetSection) for error in exc.errors(include_url=False)
+        ]
         raise ConfigError("--replica/--gateway: not usable", problems=problems) from None
     if not listed.replicas and not listed.gateway:
         raise ConfigError(

@@ -1,16 +1,22 @@
 """`glm5svc tune`: search the server's settings for the best throughput on your workload.
 
-Each trial starts the engine with one candidate setting under the same supervision as
-`glm5svc serve` (on private ports), waits for READY, benchmarks it with sglang's
-bench_serving at your concurrency (a warm-up run discarded, then repeated runs until a
-95 % interval separates it from the best so far, or its runs are spent), and stops it
-with the real drain. A candidate that fails to start is recorded with its diagnosis.
-Results: a run directory with the trials (trials.md), the tuned overlay (tuned.yaml),
-an Ansible host_vars snippet, a plot and a bench baseline. docs/tuning.md explains it.
+Each engine start runs one combination of the settings that need a restart under the
+same supervision as `glm5svc serve` (on private ports). Once READY, one continuous load
+holds your concurrency (fresh random prompts, lengths that vary) until the start's last
+window; each window is read from the engine's own token counters, and the live values
+(the running-request cap) are switched between windows in A B B A order. A warm-up waits
+for two agreeing windows. Verdicts come from a confidence sequence (valid however often
+the search looks): live values by their paired windows, restart settings by engine
+starts. Every combination is screened by one start (stopped early once clearly behind),
+contenders get more starts, and the winner's confirming start gates the overlay. A
+candidate that fails to start is recorded with its diagnosis. Results: a run directory
+with the trials (trials.md), the tuned overlay (tuned.yaml), an Ansible host_vars snippet
+and a plot. docs/tuning.md explains it.
 """
 
 from __future__ import annotations
 
+import json
 import signal
 import sys
 import threading
@@ -18,11 +24,19 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from glm5svc.cli_options import Range, add_model_options, add_number, model_values
+from glm5svc import paths
+from glm5svc.cli_options import (
+    Range,
+    add_model_options,
+    add_number,
+    model_values,
+    option_of,
+)
 from glm5svc.errors import ConfigError
 from glm5svc.json_output import emit
 from glm5svc.tune.settings import (
     LIMITS,
+    RESUME_OVERRIDES,
     SEARCH,
     WORKLOAD,
     SearchSettings,
@@ -30,6 +44,7 @@ from glm5svc.tune.settings import (
     window_problems,
 )
 
+RESUME_FLAGS = tuple(option_of(SearchSettings.model_fields[n]).flag for n in RESUME_OVERRIDES)
 EXIT_INTERRUPTED = 130
 EXIT_NOTHING_MEASURED = 1
 
@@ -118,16 +133,29 @@ def _request(args):
     from glm5svc.bench.plan import plan_from_config
     from glm5svc.commands.validate import check_config
     from glm5svc.config import load_config
+    from glm5svc.tune.outputs import STUDY_FILE
     from glm5svc.tune.search import Workload
-    from glm5svc.tune.session import TuneRequest
+    from glm5svc.tune.session import STUDY_DB, TuneRequest, read_study
     from glm5svc.tune.space import DEFAULT_SPACE
 
     config = load_config(args.config)
-    # Refused as validate refuses it (the space as `validate --space` does), before any trial.
-    check_config(config, args.config, space=Path(args.space) if args.space else DEFAULT_SPACE)
+    for rule, given in ((paths.SPACE, args.space), (paths.REQUEST_FILE, args.request_file),
+                        (paths.RUN_DIR, args.run_dir), (paths.RESUME, args.resume)):  # fmt: skip
+        if given:
+            rule.check(given)
+    if args.resume:
+        paths.STUDY_DB.check(Path(args.resume) / STUDY_DB)
+    saved = read_study(Path(args.resume)) if args.resume else None
+    # Refused as validate refuses it (the space as `validate --space` does), before any
+    # trial; a resume searches the space its run directory saved.
+    space = Path(args.space) if args.space else (None if saved else DEFAULT_SPACE)
+    check_config(config, args.config, space=space)
     problems = []
     if args.resume and args.run_dir:
         problems.append("--resume and --run-dir: give one (a resumed tune keeps its directory)")
+    if saved is not None:
+        study = Path(args.resume) / STUDY_FILE
+        problems += resume_conflicts(args, saved, study) + changed_starts(config, saved, study)
     try:
         settings = SearchSettings.model_validate(model_values(args, SearchSettings))
     except ValidationError as exc:
@@ -157,6 +185,53 @@ def _request(args):
         take_over=args.take_over,
         disk_read_gbps=args.disk_read_gbps,
     )
+
+
+def resume_conflicts(args, saved: dict, study: Path) -> list[str]:
+    """The options given to `--resume` that contradict what the run directory saved (its
+    workload, its search settings but the budget and trial limits, its space file)."""
+    given: list[tuple[str, object, object]] = []
+    for model, saved_values in ((WorkloadOptions, saved["workload"]),
+                                (SearchSettings, saved["settings"])):  # fmt: skip
+        for name, value in model_values(args, model).items():
+            field = model.model_fields[name]
+            if name in RESUME_OVERRIDES or value == field.default or name not in saved_values:
+                continue  # left out (argparse gave the default), or may change on a resume
+            given.append((option_of(field).flag, value, saved_values[name]))
+    if args.request_file:
+        request_file = str(Path(args.request_file).absolute())
+        given.append(("--request-file", request_file, saved["workload"].get("request_file")))
+    if args.space and "space_file" in saved:  # saved since the space could be resumed
+        space_file = str(Path(args.space).absolute())
+        given.append(("--space", space_file, saved.get("space_file") or "the shipped space"))
+    return [
+        f"{flag} {value}: this run saved {was} ({study}); leave {flag} out to resume it (only "
+        f"{', '.join(RESUME_FLAGS)} may change), or start a new tune"
+        for flag, value, was in given
+        if value != was
+    ]
+
+
+def changed_starts(config, saved: dict, study: Path) -> list[str]:
+    """The searched settings whose value in the configuration is not the one the study
+    started from (each trial is measured against that start)."""
+    from glm5svc.tune.space import space_from_dict, start_value
+
+    try:
+        knobs = space_from_dict(saved["space"]).knobs
+    except (KeyError, TypeError, ValueError):
+        return []  # a malformed tune.json: the tune refuses it naming the key
+    started = saved.get("start") or {}
+    problems = []
+    for knob in knobs:
+        now = json.loads(json.dumps(start_value(config, knob.name), default=str))
+        if started.get(knob.name) != now:
+            problems.append(
+                f"{knob.name}: this study started from {started.get(knob.name)!r} ({study}), "
+                f"the configuration has {now!r}; resume with the configuration the study "
+                "started from, or start a new tune"
+            )
+    return problems
 
 
 def run_tune(args) -> int:
@@ -222,9 +297,9 @@ def _print_plan(args, tune) -> int:
 
 
 def _print_result(summary: dict) -> None:
-    from glm5svc.tune.outputs import trials_markdown
+    from glm5svc.tune.outputs import confidence_label, trials_markdown
 
-    print(trials_markdown(summary["trials"]))
+    print(trials_markdown(summary["trials"], confidence_label(summary)))
     best, gain = summary.get("best"), summary.get("gain")
     if best:
         print(
@@ -232,9 +307,11 @@ def _print_result(summary: dict) -> None:
         )
     if gain:
         print(
-            f"gain over the start: {gain['mean']:.2f}x (95 % interval {gain['low']:.2f}-"
-            f"{gain['high']:.2f})"
+            f"gain over the start: {gain['mean']:.2f}x ({confidence_label(summary)} interval "
+            f"{gain['low']:.2f}-{gain['high']:.2f})"
         )
+    if summary.get("confirmation"):
+        print(f"confirmation: {summary['confirmation']}")
     for line in summary.get("service") or []:
         print(line)
     print(f"stopped: {summary.get('stopped_by')}")
@@ -246,6 +323,7 @@ def _print_result(summary: dict) -> None:
 def run_apply(args) -> int:
     from glm5svc.tune.apply import apply_tune
 
+    paths.TUNED_RUN.check(args.run_dir)
     result = apply_tune(
         Path(args.run_dir), args.config, restart=not args.no_restart, force=args.force
     )
@@ -260,6 +338,7 @@ def run_apply(args) -> int:
 def run_show(args) -> int:
     from glm5svc.tune.outputs import read_summary, trials_markdown
 
+    paths.TUNED_RUN.check(args.run_dir)
     summary = read_summary(Path(args.run_dir))
     if args.json:
         emit(args.json_schema, summary)
@@ -267,8 +346,13 @@ def run_show(args) -> int:
     if summary.get("running"):
         print(f"running: {len(summary['trials'])} trial(s) so far (no summary yet)")
     print(trials_markdown(summary.get("trials") or []))
+    trials_of: dict[int, list[str]] = {}
+    for row in summary.get("trials") or []:
+        if isinstance(row, dict) and isinstance(row.get("start"), int):
+            trials_of.setdefault(row["start"], []).append(str(row.get("trial")))
     for start in summary.get("starts") or []:
-        print(f"engine start {start['start']}: {start['text']}")
+        rows = ", ".join(trials_of.get(start["start"], [])) or "none"
+        print(f"engine start {start['start']} (trial(s) {rows}): {start['text']}")
     if not summary.get("running"):
         print(f"stopped: {summary.get('stopped_by')}")
     return 0

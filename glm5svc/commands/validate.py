@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from glm5svc import paths
 from glm5svc.bench import Judgement, plan_from_config
 from glm5svc.cli_options import config_path
 from glm5svc.config import (
@@ -82,10 +83,13 @@ def check_config(
     stage(lambda: check_model_path(config))  # the plan's, even where the key stopped it
     stage(lambda: _refuse_exposure(config))  # the plan's, even where the model stopped it
     stage(lambda: read_api_key(config.server.api_key_file))  # serve, bench, status --fleet
-    stage(lambda: plan_from_config(config))  # bench: the benchmark plan
+    # bench: the request file and the results folder, before the plan reads the request file
+    paths_usable = stage(lambda: paths.check_config_paths(config) or True)
+    if paths_usable:
+        stage(lambda: plan_from_config(config))  # bench: the benchmark plan
     stage(lambda: Judgement.from_config(config))  # bench, serve's post-start run
     post_start = config.benchmark.post_start
-    if post_start.enabled:
+    if post_start.enabled and paths_usable:
         stage(
             lambda: plan_from_config(
                 config, ladder=list(post_start.ladder), num_prompts=post_start.num_prompts_per_level

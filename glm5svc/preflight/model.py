@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from glm5svc import paths
 from glm5svc.preflight.rows import FAIL, OK, CheckRow, PreflightContext
 from glm5svc.targets import get_target, planned_quantization
 
@@ -61,8 +62,8 @@ def check_model_directory(ctx: PreflightContext) -> list[CheckRow]:
     config = ctx.config
     model_dir = config.model.path
     fix = f"download or finish downloading the checkpoint into {model_dir} (or fix model.path)"
-    if not model_dir.is_dir():
-        return [CheckRow("model directory", FAIL, f"{model_dir} does not exist", fix)]
+    if said_and_fix := paths.PREFLIGHT_MODEL_PATH.said_and_fix(model_dir):
+        return [CheckRow("model directory", FAIL, *said_and_fix)]
     if not (model_dir / "config.json").is_file():
         return [CheckRow("model directory", FAIL, f"no config.json in {model_dir}", fix)]
     try:

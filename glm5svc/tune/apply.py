@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ruamel.yaml import YAML
-from ruamel.yaml.comments import CommentedMap
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import YAMLError
 
 from glm5svc.atomic_file import write_atomic
@@ -33,7 +33,7 @@ from glm5svc.facts import HostFacts
 from glm5svc.launch_plan import plan_for_service
 from glm5svc.sglang_flags import parse_extra_args
 from glm5svc.tune.guard import UNIT, unit_active
-from glm5svc.tune.outputs import TUNED_FILE, read_summary
+from glm5svc.tune.outputs import SUMMARY_FILE, TUNED_FILE, read_summary
 from glm5svc.tune.session import measured_on
 from glm5svc.tune.space import apply_candidate
 
@@ -102,9 +102,9 @@ def overlay_as_candidate(overlay: dict[str, Any]) -> dict[str, Any]:
     return candidate
 
 
-def _round_trip() -> YAML:
+def _round_trip(preserve_quotes: bool = True) -> YAML:
     rt = YAML(typ="rt")
-    rt.preserve_quotes = True
+    rt.preserve_quotes = preserve_quotes
     rt.width = 4096
     rt.indent(mapping=2, sequence=4, offset=2)
     return rt
@@ -115,6 +115,11 @@ def edited_text(text: str, merged: dict[str, Any], header: str) -> str:
     rt = _round_trip()
     try:
         document = rt.load(text)
+        if isinstance(document, CommentedMap) and document.fa.flow_style():
+            # A JSON-style file: written as YAML's block style, quotes only where needed.
+            rt = _round_trip(preserve_quotes=False)
+            document = rt.load(text)
+            _block_style(document)
     except YAMLError as exc:  # parse_yaml read it already; this would be a ruamel quirk
         raise ConfigError(f"the configuration cannot be edited in place: {exc}") from None
     if document is None:
@@ -140,6 +145,15 @@ def edited_text(text: str, merged: dict[str, Any], header: str) -> str:
     if lines and lines[0].startswith(HEADER_START):
         body = "".join(lines[1:])
     return header + body
+
+
+def _block_style(node: Any) -> None:
+    """One key or item a line, all the way down (the round trip keeps flow style, which for
+    a whole JSON-style file is one line of hundreds of characters)."""
+    if isinstance(node, CommentedMap | CommentedSeq):
+        node.fa.set_block_style()
+        for child in node.values() if isinstance(node, CommentedMap) else node:
+            _block_style(child)
 
 
 def changed_keys(original: dict[str, Any], merged: dict[str, Any]) -> dict[str, Any]:
@@ -212,9 +226,29 @@ def _check_measured_here(run_dir: Path, config, force: bool) -> list[str]:
     return [f"applied with --force although {d}" for d in differences]
 
 
+class NotConfirmed(ConfigError):
+    """The tune's best failed its confirming start: there is nothing to apply."""
+
+
+def refused_by_confirmation(run_dir: Path) -> None:
+    """Raises NotConfirmed when the run's summary says its confirming start failed."""
+    if not (run_dir / SUMMARY_FILE).exists():
+        return
+    summary = read_summary(run_dir)
+    if summary.get("confirmed") is False:
+        raise NotConfirmed(
+            f"{run_dir}: the best setting failed its confirming start "
+            f"({summary.get('confirmation') or 'no reason recorded'}), so the tune wrote no "
+            "overlay: its gain was not reproduced by a fresh engine start. Run the tune again "
+            "(`glm5svc tune run --resume` gives it more starts within a new --budget), or "
+            "keep the current settings"
+        )
+
+
 def apply_tune(
     run_dir: Path, config_arg: str | None, restart: bool, force: bool = False
 ) -> dict[str, Any]:
+    refused_by_confirmation(Path(run_dir))
     overlay = read_overlay(run_dir)
     tuned = Path(run_dir) / TUNED_FILE
     path = resolve_config_path(config_arg)

@@ -1,4 +1,5 @@
-"""Verdicts between settings, with the engine start as the unit of replication.
+"""Verdicts between settings, with the engine start as the unit of replication, valid at
+every look the search takes.
 
 Throughput moves from one engine start to the next (kernels picked at start, memory
 layout, clocks): on the H200 testbed two starts of one setting agreed within about 4 %
@@ -14,9 +15,18 @@ A candidate is:
 - worse: the upper bound of its gain is below zero;
 - equivalent: its whole interval lies within plus or minus the minimum effect;
 - undecided: none of these, not enough evidence yet.
-The bounds are one-sided at (1 - confidence) / comparisons: a Bonferroni correction for the
-number of comparisons in a pass (Holm's first step, the cautious one), so that a pass of
-many comparisons promotes a setting with no real gain in at most 1 - confidence of passes.
+The bounds are one-sided at (1 - confidence) / comparisons x 6 / (pi^2 k^2) at the k-th look
+of a comparison: a Bonferroni correction for the comparisons of a pass, and an alpha spent
+over looks that sums to (1 - confidence) / comparisons however many looks are taken (sum of
+6 / (pi^2 k^2) over k >= 1 is 1). The union over looks makes the sequence of intervals a
+confidence sequence: a search that looks after every block of windows, and stops on the
+first "better", promotes a setting with no real gain in at most 1 - confidence of passes.
+- Live settings are looked at after each whole A B B A block (two pairs): look k uses the
+  first 2k pairs, so linear drift within a block cancels and no pair is looked at twice.
+- Restart settings are looked at once per engine start of either side after the
+  candidate's first (look k: the k-th such start). Within a start, the search only asks
+  whether the candidate is clearly behind (`worse`), which stops that start early and can
+  never promote it.
 """
 
 from __future__ import annotations
@@ -32,9 +42,12 @@ BETTER, WORSE, EQUIVALENT, UNDECIDED = "better", "worse", "equivalent", "undecid
 # The prior on the start-to-start spread (relative), and the weight (pseudo-starts) it
 # keeps while the search has measured few replicated starts: bench/tune_method.py's
 # simulation shows the rates these give (docs/performance-tune.md).
+# The H200 testbed's starts of one setting agreed within about 4 % (three starts: 6.7 % from
+# lowest to highest, a standard deviation near 4 %: docs/performance-tune.md).
 PRIOR_START_SPREAD = 0.02
 PRIOR_WEIGHT = 2
 MAX_STARTS = 5  # per candidate and comparison
+PAIRS_PER_LOOK = 2  # an A B B A block of a live comparison
 
 
 def _t_inside(t: float, dof: int) -> float:
@@ -106,8 +119,9 @@ class StartRecord:
     """One engine start of a setting: its mean steady-window throughput, in start order."""
 
     setting: str
-    order: int
+    order: int  # the engine start
     throughput: float
+    combo: str = ""  # the restart settings (what the start was); "" = the setting itself
 
 
 @dataclass(frozen=True)
@@ -151,8 +165,16 @@ class StartModel:
             design, has_drift = base, False
         coef, *_ = np.linalg.lstsq(design, y, rcond=None)
         residual = y - design @ coef
-        free = len(rows) - design.shape[1]
-        rss = float(residual @ residual)
+        # The rows of one start (its live values) share that start's effect: the spread is
+        # counted by starts, one residual per start (its rows' mean), and a start's live
+        # values are one replicate of its restart settings, not several.
+        by_start: dict[int, list[float]] = {}
+        for row, value in zip(rows, residual, strict=True):
+            by_start.setdefault(row.order, []).append(float(value))
+        combos = {s.combo or s.setting for s in rows}
+        free = len(by_start) - len(combos) - (1 if has_drift else 0)
+        rss = math.fsum((sum(v) / len(v)) ** 2 for v in by_start.values()) if free > 0 else 0.0
+        free = max(0, free)
         variance = (rss + prior_weight * prior**2) / (free + prior_weight)
         dof = free + prior_weight
         if free >= 2 and rss / free > variance:
@@ -201,8 +223,11 @@ def _gain(d: float, se: float, q: float, basis: str, n_c: int, n_i: int) -> Gain
     )
 
 
-def _one_sided(confidence: float, comparisons: int) -> float:
-    return 1 - (1 - confidence) / max(1, comparisons)
+def _one_sided(confidence: float, comparisons: int, look: int = 1) -> float:
+    """The one-sided level of the k-th look: (1 - confidence) / comparisons spent over looks
+    as 6 / (pi^2 k^2), which sums to one over every k."""
+    spent = 6 / (math.pi**2 * max(1, look) ** 2)
+    return 1 - (1 - confidence) / max(1, comparisons) * spent
 
 
 def judge_starts(
@@ -214,17 +239,18 @@ def judge_starts(
     min_effect: float,
     confidence: float = 0.95,
     comparisons: int = 1,
+    look: int = 1,
 ) -> Verdict:
     """Settings that need a restart, from the model of every start so far."""
     if candidate not in model.levels or incumbent not in model.levels:
         return Verdict(UNDECIDED, None, "no start measured")
     d, se = model.contrast(candidate, incumbent)
-    q = t_quantile(_one_sided(confidence, comparisons), model.dof)
+    q = t_quantile(_one_sided(confidence, comparisons, look), model.dof)
     gain = _gain(d, se, q, "starts", *counts)
     drift = "" if model.drift is None else f", drift {math.expm1(model.drift):+.2%} per start"
     why = (
         f"{gain.estimate:+.1%} [{gain.low:+.1%}, {gain.high:+.1%}] over {counts[0]} and "
-        f"{counts[1]} start(s), start-to-start spread {model.sigma:.1%}{drift}"
+        f"{counts[1]} start(s), start-to-start spread {model.sigma:.1%}{drift}, look {look}"
     )
     return Verdict(classify(gain, min_effect), gain, why)
 
@@ -237,26 +263,39 @@ def judge_paired(
     confidence: float = 0.95,
     comparisons: int = 1,
 ) -> Verdict:
-    """Settings measured interleaved in one start: window i of each forms a pair."""
+    """Settings measured interleaved in one start: window i of each forms a pair. Only whole
+    A B B A blocks count (look k: the first 2k pairs)."""
     pairs = [
         math.log(c) - math.log(i)
         for c, i in zip(candidate, incumbent, strict=False)
         if c > 0 and i > 0
     ]
-    if len(pairs) < 2:
-        return Verdict(UNDECIDED, None, "fewer than 2 paired windows")
+    pairs = pairs[: len(pairs) - len(pairs) % PAIRS_PER_LOOK]
+    if len(pairs) < PAIRS_PER_LOOK:
+        return Verdict(UNDECIDED, None, f"fewer than {PAIRS_PER_LOOK} paired windows")
     n = len(pairs)
+    look = n // PAIRS_PER_LOOK
     d = math.fsum(pairs) / n
     var = math.fsum((x - d) ** 2 for x in pairs) / (n - 1)
     se = math.sqrt(var / n)
-    q = t_quantile(_one_sided(confidence, comparisons), n - 1)
+    q = t_quantile(_one_sided(confidence, comparisons, look), n - 1)
     gain = _gain(d, se, q, "paired windows", n, n)
     kind = classify(gain, min_effect)
-    why = f"{gain.estimate:+.1%} [{gain.low:+.1%}, {gain.high:+.1%}] over {n} paired window(s)"
+    why = (
+        f"{gain.estimate:+.1%} [{gain.low:+.1%}, {gain.high:+.1%}] over {n} paired window(s), "
+        f"look {look}"
+    )
     return Verdict(kind, gain, why)
 
 
 START_CANDIDATE, START_INCUMBENT, DONE = "start the candidate", "start the incumbent", "done"
+
+
+def restart_look(starts: Sequence[StartRecord], candidate: str) -> int:
+    """The k of a restart comparison's look: the candidate's starts. A comparison is looked
+    at after each start of the candidate and never after one of the incumbent's (next_step),
+    so every look has its own k."""
+    return max(1, len({s.order for s in starts if s.setting == candidate}))
 
 
 def next_step(
@@ -272,11 +311,11 @@ def next_step(
     prior_weight: int = PRIOR_WEIGHT,
     drift_term: bool = False,
 ) -> tuple[str, Verdict]:
-    """What a comparison of two restart settings needs next: another start of one of them,
-    or nothing (its verdict stands). A candidate is promoted only when both have two
-    starts or more, the incumbent's latest after the candidate's first (so the drift is
-    measured across the comparison); one whose first start shows less than the minimum
-    effect is not started again (it would need luck to win, and a start costs minutes)."""
+    """What a comparison of two restart settings needs next, screen then confirm: its
+    verdict stands once it is decided (a "better" here is the screen's; the winner's
+    confirming start gates what is written); an undecided candidate whose interval still
+    reaches past the minimum effect gets another start (the side with fewer starts first),
+    up to `max_starts` a side; one that cannot reach it is done."""
     mine = [s for s in starts if s.setting == candidate]
     theirs = [s for s in starts if s.setting == incumbent]
     if not theirs:
@@ -286,18 +325,45 @@ def next_step(
     model = StartModel.fit(starts, prior, prior_weight, drift_term)
     verdict = judge_starts(
         model, candidate, incumbent, (len(mine), len(theirs)),
-        min_effect=min_effect, confidence=confidence,
-        comparisons=comparisons * max(1, max_starts - 1),  # each look at the data counts
+        min_effect=min_effect, confidence=confidence, comparisons=comparisons,
+        look=restart_look(starts, candidate),
     )  # fmt: skip
-    if verdict.kind in (WORSE, EQUIVALENT):
+    if max(s.order for s in theirs) > max(s.order for s in mine) and len(mine) < max_starts:
+        # The incumbent's start was the last: no look here (the next is the candidate's).
+        return START_CANDIDATE, Verdict(UNDECIDED, verdict.gain, verdict.why + " (not a look: "
+                                        "the incumbent's start; the candidate's is next)")
+    if verdict.kind != UNDECIDED:
         return DONE, verdict
-    bracketed = max(s.order for s in theirs) > min(s.order for s in mine)
-    if verdict.kind == BETTER and len(mine) >= 2 and len(theirs) >= 2 and bracketed:
+    if verdict.gain is not None and verdict.gain.high <= min_effect:
+        return DONE, verdict  # its best case is no gain worth a restart
+    if len(mine) >= max_starts and len(theirs) >= max_starts:
         return DONE, verdict
-    if len(mine) == 1 and verdict.gain is not None and verdict.gain.estimate <= min_effect:
-        return DONE, verdict
-    if len(theirs) < len(mine) or not bracketed:
+    if len(theirs) < len(mine):
         return START_INCUMBENT, verdict
-    if len(mine) >= max_starts:
-        return DONE, verdict
     return START_CANDIDATE, verdict
+
+
+def clearly_behind(
+    starts: Sequence[StartRecord],
+    candidate: str,
+    incumbent: str,
+    look: int,
+    *,
+    confidence: float,
+    comparisons: int,
+    prior: float = PRIOR_START_SPREAD,
+    prior_weight: int = PRIOR_WEIGHT,
+) -> Verdict | None:
+    """Within a start: the candidate's windows so far (its row in `starts`) are worse than
+    the incumbent's starts, at the look's level; the start can stop. Never promotes."""
+    counts = (
+        sum(1 for s in starts if s.setting == candidate),
+        sum(1 for s in starts if s.setting == incumbent),
+    )
+    if not all(counts):
+        return None
+    verdict = judge_starts(
+        StartModel.fit(starts, prior, prior_weight), candidate, incumbent, counts,
+        min_effect=0.0, confidence=confidence, comparisons=comparisons, look=look,
+    )  # fmt: skip
+    return verdict if verdict.kind == WORSE else None

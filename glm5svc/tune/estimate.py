@@ -1,13 +1,17 @@
-"""How long a tune will take, before it runs: starts x start time + windows x window time.
+"""How long a tune will take, before it runs, and (fed with what its starts measured) how
+long the rest will take: one cost model for `tune run --plan`, the plan every run prints
+and a resumed run's plan.
 
 Pure: every figure is an input (glm5svc/tune/host_figures.py reads them from the host, the
 model folder and a resumed run's trials), so the estimate is tested with the numbers of any
 machine, the real target's included (docs/performance-tune.md).
 
-A start is one engine start: the first pass makes one per value of a knob that needs a
-restart, while the values of a live knob are measured within a start. Each start has its
-warm-up windows (the plateau after a start: two windows that agree), each setting its
-measured windows. When the first pass does not fit the budget, the knobs at the end of
+A start is one engine start: the screen makes one per value of a knob that needs a
+restart (one knob at a time from the start), and the winner gets one confirming start;
+the values of a live knob share each start's load. One start costs
+  its start (to READY) + the warm-up + rounds x live values x (window + settle) + its stop,
+where the first start measures `FIRST_START_ROUNDS` rounds (it decides the live values)
+and the others `repeats`. When the plan does not fit the budget, the knobs at the end of
 the space's order (the least influential, glm5svc/data/tune-space.yaml) are dropped until
 it does.
 """
@@ -28,8 +32,12 @@ PROCESS_START_S = 35.0
 GRAPHS_COLD_S = 50.0
 GRAPHS_WARM_S = 45.0
 AUTOTUNE_COLD_S = 120.0  # FlashInfer's MoE autotune, profiled; with its cache file: loaded
-STOP_S = 15.0  # the drain of an idle engine and the GPU memory freed
-WARMUP_WINDOWS = 2  # the plateau: two windows that agree
+STOP_S = 15.0  # the drain of an engine under load and the GPU memory freed
+# The warm-up until two windows agree took 47-124 s of 5 s windows on the H200 testbed:
+# about 6 windows, bounded by benchmark.warmup_max_s.
+WARMUP_WINDOWS = 6
+FIRST_START_ROUNDS = 4  # two A B B A blocks: a large live effect is decided in 4 pairs
+STAND_IN_START_S = 5.0  # a stand-in engine (server.command) until a start is measured
 # The page cache keeps the weights only with room beside the engine's own host memory.
 ENGINE_HOST_MEMORY_BYTES = 32 * GIB
 # Weights read again from the page cache instead of the disk.
@@ -58,6 +66,10 @@ class EstimateInputs:
     measured_window_s: float | None = None  # mean measured window of a resumed run
     done_starts: int = 0  # already measured by a resumed run
     done_settings: int = 0
+    settle_s: float = 0.0  # after each live change
+    warmup_max_s: float | None = None  # benchmark.warmup_max_s; None: WARMUP_WINDOWS always
+    stand_in: str | None = None  # the engine is not sglang (server.command): what it is
+    confirm: bool = True  # the winner's confirming start
 
 
 @dataclass(frozen=True)
@@ -77,6 +89,9 @@ class Estimate:
     total_s: float
     budget_s: float
     start_basis: str
+    first_start_s: float = 0.0  # the first start, all its parts
+    other_start_s: float = 0.0  # each later one
+    parts: tuple[tuple[str, float], ...] = ()  # a later start's parts
     dropped: tuple[Dropped, ...] = ()
     warnings: tuple[str, ...] = ()
     kept: tuple[str, ...] = ()
@@ -96,18 +111,28 @@ class Estimate:
             "budget_s": self.budget_s,
             "fits": self.fits,
             "start_basis": self.start_basis,
+            "first_start_s": round(self.first_start_s, 1),
+            "other_start_s": round(self.other_start_s, 1),
+            "parts": {name: round(seconds, 1) for name, seconds in self.parts},
             "dropped": [d.__dict__ for d in self.dropped],
             "kept": list(self.kept),
             "warnings": list(self.warnings),
         }
 
     def lines(self) -> list[str]:
-        head = (
-            f"plan: the first pass is {self.starts} start(s) x {_clock(self.start_s)} + "
-            f"{self.windows} window(s) x {_clock(self.window_s)} = {_clock(self.total_s)} "
-            f"for {self.settings} setting(s); the budget is {_clock(self.budget_s)}"
-        )
-        lines = [head, f"plan: a start is {self.start_basis}"]
+        others = max(0, self.starts - 1)
+        if self.starts == 0:
+            head = f"plan: nothing left to measure; the budget is {_clock(self.budget_s)}"
+        else:
+            head = (
+                f"plan: {self.starts} engine start(s) for {self.settings} setting(s) "
+                f"({self.windows} window(s) of {_fine(self.window_s)}): the first "
+                f"{_clock(self.first_start_s)}"
+                + (f" + {others} x {_clock(self.other_start_s)}" if others else "")
+                + f" = {_clock(self.total_s)}; the budget is {_clock(self.budget_s)}"
+            )
+        detail = ", ".join(f"{name} {_fine(seconds)}" for name, seconds in self.parts)
+        lines = [head, f"plan: a start is {detail}", f"plan: its start is {self.start_basis}"]
         if self.dropped:
             names = ", ".join(f"{d.knob} ({d.starts} start(s), {_clock(d.seconds)})"
                               for d in self.dropped)  # fmt: skip
@@ -115,18 +140,31 @@ class Estimate:
                 f"plan: the first pass over every knob does not fit; dropped, the least "
                 f"influential first (the space's order): {names}"
             )
-        lines.append(
-            "plan: it fits the budget" if self.fits
-            else "plan: even one knob does not fit the budget: raise --budget or shorten "
-            "--window"
-        )  # fmt: skip
+        if self.fits:
+            lines.append("plan: it fits the budget")
+        elif self.total_s - self.other_start_s <= self.budget_s:
+            lines.append(
+                f"plan: the screen fits the budget; the confirming start "
+                f"({_clock(self.other_start_s)}) does not: the best may stay unconfirmed "
+                "(raise --budget)"
+            )
+        else:
+            lines.append(
+                "plan: even one knob does not fit the budget: raise --budget or shorten --window"
+            )
         return lines + [f"plan: WARNING: {w}" for w in self.warnings]
 
 
 def start_seconds(inputs: EstimateInputs) -> tuple[float, str]:
-    """One start's seconds, and how they were found."""
+    """One start's seconds to READY, and how they were found: measured, else a stand-in
+    engine's placeholder (never the real target's figures), else the target's parts."""
     if inputs.measured_start_s is not None:
         return inputs.measured_start_s, f"{_clock(inputs.measured_start_s)} as measured"
+    if inputs.stand_in is not None:
+        return STAND_IN_START_S, (
+            f"{_clock(STAND_IN_START_S)} until one is measured ({inputs.stand_in}: no sglang "
+            "start figures apply)"
+        )
     parts = [("process start and imports", PROCESS_START_S)]
     if inputs.weights_bytes and inputs.disk_read_bps:
         cached = keeps_weights_cached(inputs)
@@ -176,22 +214,53 @@ def estimate(inputs: EstimateInputs) -> Estimate:
     start_s, basis = start_seconds(inputs)
     window_s = inputs.measured_window_s or inputs.window_s
     warnings = [w for w in (memory_warning(inputs),) if w]
+    warmup_s = WARMUP_WINDOWS * window_s
+    if inputs.warmup_max_s is not None:
+        warmup_s = min(warmup_s, inputs.warmup_max_s)
 
-    def cost(knobs: tuple[KnobCount, ...]) -> tuple[int, int, int, float]:
+    def live_values(knobs: tuple[KnobCount, ...]) -> int:
+        return max([k.values for k in knobs if not k.restart] or [1])
+
+    def per_start(rounds: int, knobs: tuple[KnobCount, ...]) -> tuple[tuple[str, float], ...]:
+        values = live_values(knobs)
+        measured = rounds * values * (window_s + inputs.settle_s)
+        return (
+            ("to READY", start_s),
+            ("warm-up", warmup_s),
+            (f"{rounds} round(s) x {values} value(s) x (window + settle)", measured),
+            ("stop", STOP_S),
+        )
+
+    def cost(knobs: tuple[KnobCount, ...]) -> tuple[int, int, int, float, float, float]:
         starts, settings = first_pass(knobs)
+        starts += 1 if inputs.confirm else 0  # the winner's confirming start
         starts = max(0, starts - inputs.done_starts)
         settings = max(0, settings - inputs.done_settings)
-        windows = starts * WARMUP_WINDOWS + settings * inputs.repeats
-        return starts, settings, windows, starts * (start_s + STOP_S) + windows * window_s
+        first_rounds = FIRST_START_ROUNDS if inputs.done_starts == 0 else inputs.repeats
+        first = sum(s for _, s in per_start(max(first_rounds, inputs.repeats), knobs))
+        other = sum(s for _, s in per_start(inputs.repeats, knobs))
+        values = live_values(knobs)
+        windows = (
+            max(first_rounds, inputs.repeats) * values + (starts - 1) * inputs.repeats * values
+            if starts
+            else 0
+        )
+        total = (first + (starts - 1) * other) if starts else 0.0
+        return starts, settings, windows, total, first, other
+
+    def screen_s(total: float, other: float) -> float:
+        """The screen alone: knobs are dropped to fit it, never to make room for the
+        confirming start (which the search reserves while it can)."""
+        return total - (other if inputs.confirm else 0.0)
 
     knobs = tuple(inputs.knobs)
     dropped: list[Dropped] = []
-    starts, settings, windows, total = cost(knobs)
-    while total > inputs.budget_s and len(knobs) > 1:
+    starts, settings, windows, total, first, other = cost(knobs)
+    while screen_s(total, other) > inputs.budget_s and len(knobs) > 1:
         last, knobs = knobs[-1], knobs[:-1]
         smaller = cost(knobs)
         dropped.append(Dropped(last.name, starts - smaller[0], total - smaller[3]))
-        starts, settings, windows, total = smaller
+        starts, settings, windows, total, first, other = smaller
     return Estimate(
         starts=starts,
         settings=settings,
@@ -201,6 +270,9 @@ def estimate(inputs: EstimateInputs) -> Estimate:
         total_s=total,
         budget_s=inputs.budget_s,
         start_basis=basis,
+        first_start_s=first,
+        other_start_s=other,
+        parts=per_start(inputs.repeats, knobs),
         dropped=tuple(dropped),
         warnings=tuple(warnings),
         kept=tuple(k.name for k in knobs),
@@ -218,6 +290,11 @@ def with_measurements(inputs: EstimateInputs, starts: list[float], windows: list
         done_starts=done_starts,
         done_settings=done_settings,
     )
+
+
+def _fine(seconds: float) -> str:
+    """Seconds as they are when under a minute (0.5 s stays 0.5 s), else a clock."""
+    return f"{seconds:.3g} s" if seconds < 60 else _clock(seconds)
 
 
 def _clock(seconds: float) -> str:

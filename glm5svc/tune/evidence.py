@@ -5,6 +5,7 @@ measured side by side in one start (paired), and the best's gain over the start.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,10 +70,13 @@ def saved_records(attrs: dict[str, Any]) -> list[dict[str, Any]]:
     return []
 
 
-def start_records_of(records: list[TrialRecord]) -> list[StartRecord]:
-    """Each measured setting's mean per engine start, for the start model."""
+def start_records_of(
+    records: list[TrialRecord], combo_key: Callable[[dict[str, Value]], str] = setting_key
+) -> list[StartRecord]:
+    """Each measured setting's mean per engine start, for the start model; `combo_key`
+    names the restart settings a start was (a start's live values share it)."""
     return [
-        StartRecord(setting_key(r.candidate), r.start, r.mean)
+        StartRecord(setting_key(r.candidate), r.start, r.mean, combo_key(r.candidate))
         for r in records
         if r.status == "measured" and r.start is not None and r.mean
     ]
@@ -99,6 +103,7 @@ def gain(
     start: dict[str, Value],
     settings: SearchSettings,
     same_start: bool,
+    combo_key: Callable[[dict[str, Value]], str] = setting_key,
 ) -> dict[str, Any] | None:
     """The best over the start as a ratio with its interval, or None: from paired windows
     when the two ran in the same starts (only the live knob differs), else from the model
@@ -110,7 +115,7 @@ def gain(
         verdict = judge_paired(mine, theirs, min_effect=settings.min_effect,
                                confidence=settings.confidence)  # fmt: skip
     else:
-        starts = start_records_of(records)
+        starts = start_records_of(records, combo_key)
         names = {s.setting for s in starts}
         if setting_key(best.candidate) not in names or setting_key(start) not in names:
             return None

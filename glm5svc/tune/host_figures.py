@@ -83,8 +83,9 @@ def memory_limit_bytes() -> int | None:
 
 
 def measured_figures(run_dir: Path) -> dict[str, Any]:
-    """A run's measured starts (to READY) and windows, from its trials' files."""
-    starts: list[float] = []
+    """A run's measured starts (to READY, one per engine start) and windows, from its
+    trials' files (a start's live values are several trials of one start)."""
+    ready_by_start: dict[int, float] = {}
     windows: list[float] = []
     settings = 0
     for path in sorted((run_dir / "trials").glob("[0-9][0-9][0-9].json")):
@@ -92,14 +93,20 @@ def measured_figures(run_dir: Path) -> dict[str, Any]:
             record = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
+        if not isinstance(record, dict):
+            continue
         outcome = record.get("outcome") or {}
-        breakdown = read_start(run_dir / "trials" / path.stem)
-        ready = (breakdown.ready_s if breakdown else None) or outcome.get("ready_after_s")
-        if isinstance(ready, int | float):
-            starts.append(float(ready))
+        start = record.get("start")
         runs = [r.get("wall_s") for r in outcome.get("runs") or [] if isinstance(r, dict)]
         windows += [float(w) for w in runs if isinstance(w, int | float)]
         settings += 1 if runs else 0
+        if not isinstance(start, int) or start in ready_by_start:
+            continue
+        breakdown = read_start(run_dir / "trials" / f"{start:03d}")
+        ready = (breakdown.ready_s if breakdown else None) or outcome.get("ready_after_s")
+        if isinstance(ready, int | float):
+            ready_by_start[start] = float(ready)
+    starts = list(ready_by_start.values())
     return {"starts": starts, "windows": windows, "done_starts": len(starts),
             "done_settings": settings}  # fmt: skip
 
@@ -111,6 +118,18 @@ def read_start(trial_dir: Path) -> StartBreakdown | None:
         )
     except (OSError, ValueError, TypeError):
         return None
+
+
+def stand_in_engine(config: Config) -> str | None:
+    """What the engine is when server.command is not sglang's launcher (a test engine, a
+    wrapper): its start cannot be estimated from sglang's figures."""
+    command = config.server.command
+    if not command or any(
+        part in ("sglang.launch_server", "sglang") or part.endswith("/sglang") for part in command
+    ):
+        return None
+    name = next((Path(p).name for p in command if p.endswith(".py")), Path(command[0]).name)
+    return f"a stand-in engine, server.command {name}"
 
 
 def estimate_inputs(
@@ -155,6 +174,9 @@ def estimate_inputs(
         memory_limit_bytes=limit,
         moe_autotune=autotune,
         autotune_cached=cached,
+        settle_s=settings.settle_s,
+        warmup_max_s=config.benchmark.warmup_max_s,
+        stand_in=stand_in_engine(config),
     )
     if run_dir is not None:
         measured = measured_figures(run_dir)

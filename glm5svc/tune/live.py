@@ -100,10 +100,13 @@ class Progress:
             self.rows.setdefault(data["number"], {})["status"] = data["phase"]
             self._say(self._status_line())
         elif event == "trial-run":
-            samples = data["samples"]
+            by_value = data.get("by_value") or {"": data["samples"]}
             row = self.rows.setdefault(data["number"], {})
-            row["runs"] = str(len(samples))
-            row["mean"] = f"{sum(samples) / len(samples):,.0f}"
+            row["runs"] = str(len(data["samples"]))
+            row["mean"] = ", ".join(
+                (f"{value}: " if value != "" else "") + f"{sum(v) / len(v):,.0f}"
+                for value, v in by_value.items()
+            )
         elif event == "trial-end":
             record = data["record"]
             self._record(record)
@@ -147,7 +150,7 @@ class Progress:
             parts.append(f"trial {self.current} ({row.get('setting', '')}): "
                          f"{row.get('status', '')}")  # fmt: skip
             if row.get("runs"):
-                parts.append(f"{row['runs']} run(s), {row['mean']} tok/s")
+                parts.append(f"{row['runs']} window(s), {row['mean']} tok/s")
         else:
             parts.append(self.phase)
         best = getattr(self.search, "best", None)

@@ -14,7 +14,6 @@ from typing import Any
 import yaml
 
 from glm5svc.atomic_file import write_atomic
-from glm5svc.bench.results import SUMMARY_SCHEMA
 from glm5svc.config_yaml import read_regular_bytes
 from glm5svc.errors import ConfigError, Glm5Error
 from glm5svc.tune.evidence import TrialRecord, gain
@@ -22,7 +21,6 @@ from glm5svc.tune.host_figures import read_start
 from glm5svc.tune.search import describe_candidate
 from glm5svc.tune.settings import SearchSettings
 from glm5svc.tune.space import Value, overlay_of
-from glm5svc.tune.trial import LEVEL_FILE
 
 TUNED_FILE = "tuned.yaml"
 HOST_VARS_FILE = "host_vars.yml"
@@ -91,7 +89,22 @@ def checked_summary(run_dir: Path) -> dict[str, Any]:
     return summary
 
 
-def trial_row(record: TrialRecord, start: dict[str, Value], confidence: float) -> dict:
+def own_diagnosis(record: TrialRecord) -> list[str]:
+    """The start's findings that concern this record: those of another live value (a line
+    that begins `knob=value: `) are that value's row's."""
+    kept = []
+    for line in record.outcome.get("diagnosis") or []:
+        head, sep, _ = line.partition(": ")
+        knob, equals, value = head.partition("=")
+        if sep and equals and knob in record.candidate and str(record.candidate[knob]) != value:
+            continue
+        kept.append(line)
+    return kept
+
+
+def trial_row(
+    record: TrialRecord, start: dict[str, Value], confidence: float, best: bool = False
+) -> dict:
     interval = record.interval(confidence)
     runs = record.runs
     outcome = record.outcome
@@ -116,8 +129,9 @@ def trial_row(record: TrialRecord, start: dict[str, Value], confidence: float) -
         "ready_after_s": outcome.get("ready_after_s"),
         "wall_s": outcome.get("wall_s"),
         "verdict": record.verdict,
-        "best": record.became_best,
-        "diagnosis": "; ".join(outcome.get("diagnosis") or []),
+        "best": best,
+        "was_best": record.became_best,
+        "diagnosis": "; ".join(own_diagnosis(record)),
     }
 
 
@@ -138,9 +152,15 @@ def trials_csv(rows: list[dict]) -> str:
     return out.getvalue()
 
 
-def trials_markdown(rows: list[dict]) -> str:
+def confidence_label(summary: dict) -> str:
+    """ "95 %" for the tune's --confidence 0.95."""
+    confidence = (summary.get("settings") or {}).get("confidence") or 0.95
+    return f"{confidence * 100:g} %"
+
+
+def trials_markdown(rows: list[dict], label: str = "95 %") -> str:
     head = (
-        "| trial | setting | runs | tok/s (95 % interval) | TTFT p99 ms | power | KV pool "
+        f"| trial | setting | runs | tok/s ({label} interval) | TTFT p99 ms | power | KV pool "
         "| verdict |"
     )
     lines = [head, "|---|---|---|---|---|---|---|---|"]
@@ -196,14 +216,17 @@ def write_outputs(
     context: dict[str, Any],
     settings: SearchSettings,
     same_start: Callable[[dict[str, Value], dict[str, Value]], bool],
+    combo_key: Callable[[dict[str, Value]], str] | None = None,
 ) -> dict[str, Any]:
     """`same_start(a, b)`: the two settings ran in the same engine starts (only the live
-    knob differs), so the gain comes from paired windows."""
+    knob differs), so the gain comes from paired windows. A best whose confirming start
+    failed (context `confirmed` False) writes no overlay."""
     confidence = settings.confidence
-    rows = [trial_row(r, start, confidence) for r in records]
+    rows = [trial_row(r, start, confidence, r is best) for r in records]
     together = best is not None and same_start(best.candidate, start)
-    ratio = gain(records, best, start, settings, together)
-    overlay = tuned_overlay(best, start)
+    ratio = gain(records, best, start, settings, together, *([combo_key] if combo_key else []))
+    refused = context.get("confirmed") is False
+    overlay = {} if refused else tuned_overlay(best, start)
     summary = {
         **context,
         "run_dir": str(run_dir),
@@ -216,13 +239,19 @@ def write_outputs(
     }
     files = summary["files"]
     write_atomic(run_dir / "trials.csv", trials_csv(rows))
-    write_atomic(run_dir / "trials.md", trials_markdown(rows))
+    label = f"{confidence * 100:g} %"
+    write_atomic(run_dir / "trials.md", trials_markdown(rows, label))
     files.update({"trials_csv": "trials.csv", "trials_md": "trials.md"})
     header = (
         f"# glm5svc tune {run_dir.name}: the settings that measured best against the start\n"
         "# (trials.md has the evidence). Apply: glm5svc tune apply " + str(run_dir) + "\n"
     )
-    if not overlay:
+    if refused:
+        header += (
+            "# The best's confirming start did not confirm it: nothing to apply.\n"
+            f"# {context.get('confirmation')}\n"
+        )
+    elif not overlay:
         header += "# No setting measured better than the start: nothing to change.\n"
     write_atomic(run_dir / TUNED_FILE, header + (yaml.safe_dump(overlay) if overlay else "{}\n"))
     host_vars = {HOST_VARS_KEY: overlay} if overlay else {}
@@ -235,10 +264,7 @@ def write_outputs(
         + (yaml.safe_dump(host_vars) if host_vars else "{}\n"),
     )
     files.update({"tuned": TUNED_FILE, "host_vars": HOST_VARS_FILE})
-    baseline = _write_baseline(run_dir, best, context)
-    if baseline:
-        files["baseline"] = baseline
-    plot = _write_plot(run_dir, rows)
+    plot = _write_plot(run_dir, rows, label)
     if plot:
         files["plot"] = plot
     write_atomic(run_dir / SUMMARY_FILE, json.dumps(summary, indent=2, default=str))
@@ -292,38 +318,10 @@ def read_summary(run_dir: Path) -> dict[str, Any]:
     }
 
 
-def _write_baseline(run_dir: Path, best: TrialRecord | None, context: dict) -> str | None:
-    """The best trial's last measured run, as a bench summary `bench compare` reads."""
-    if best is None or not best.samples:
-        return None
-    last = best.runs[-1]
-    start = best.start if best.start is not None else best.number
-    name = last.name or f"r{len(best.samples):02d}"
-    level_path = run_dir / "trials" / f"{start:03d}" / "runs" / name
-    try:
-        level = json.loads((level_path / LEVEL_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    summary = {
-        "schema": SUMMARY_SCHEMA,
-        "run_id": f"{run_dir.name}-trial-{best.number}",
-        "kind": "tune",
-        "started_at": context.get("started_at"),
-        "finished_at": context.get("finished_at"),
-        "results_dir": str(run_dir / BASELINE_DIR),
-        "stopped_reason": None,
-        "telemetry_status": "available" if level.get("telemetry", {}).get("available") else "n/a",
-        "plan": context.get("bench_plan", {}),
-        "provenance": {"tune_run": str(run_dir), "trial": best.number},
-        "verdicts": {},
-        "levels": [level],
-    }
-    write_atomic(run_dir / BASELINE_DIR / "summary.json", json.dumps(summary, indent=2))
-    return f"{BASELINE_DIR}/summary.json"
-
-
-def _write_plot(run_dir: Path, rows: list[dict]) -> str | None:
-    points = [r for r in rows if r["throughput_mean"] is not None and r["ttft_p99_ms"] is not None]
+def _write_plot(run_dir: Path, rows: list[dict], label: str) -> str | None:
+    """Each measured setting by name, its throughput with its interval, against the start's
+    (the dashed line): one row per trial, the best in green."""
+    points = [r for r in rows if r["throughput_mean"] is not None]
     if not points:
         return None
     try:
@@ -333,32 +331,25 @@ def _write_plot(run_dir: Path, rows: list[dict]) -> str | None:
         import matplotlib.pyplot as plt
     except ImportError:
         return None
-    figure, axis = plt.subplots(figsize=(8, 5))
-    for row in points:
+    figure, axis = plt.subplots(figsize=(9, 1.2 + 0.45 * len(points)))
+    for y, row in enumerate(points):
         low, high = row["throughput_low"], row["throughput_high"]
-        err = (
-            [[row["throughput_mean"] - low], [high - row["throughput_mean"]]]
-            if low is not None and high is not None
-            else None
-        )
-        colour = (
-            "tab:green"
-            if row["best"]
-            else ("tab:grey" if row["status"] != "measured" else "tab:blue")
-        )
-        axis.errorbar(
-            row["ttft_p99_ms"], row["throughput_mean"], yerr=err, fmt="o", color=colour, capsize=3
-        )
-        axis.annotate(
-            str(row["trial"]),
-            (row["ttft_p99_ms"], row["throughput_mean"]),
-            textcoords="offset points",
-            xytext=(5, 5),
-        )
-    axis.set_xlabel("TTFT p99 (ms)")
-    axis.set_ylabel("total throughput (tok/s), 95 % interval")
-    axis.set_title(f"glm5svc tune {run_dir.name}: trials (green: best)")
-    axis.grid(True, alpha=0.3)
+        mean = row["throughput_mean"]
+        err = [[mean - low], [high - mean]] if low is not None and high is not None else None
+        colour = "tab:green" if row["best"] else ("tab:blue" if row["status"] == "measured"
+                                                   else "tab:grey")  # fmt: skip
+        axis.errorbar(mean, y, xerr=err, fmt="o", color=colour, capsize=3)
+    axis.set_yticks(range(len(points)))
+    axis.set_yticklabels(
+        [f"{r['trial']}: {r['setting']} (start {r['start']})" for r in points], fontsize=8
+    )
+    axis.invert_yaxis()
+    start = next((r for r in points if r["setting"] == "(the start)"), None)
+    if start is not None:
+        axis.axvline(start["throughput_mean"], color="tab:grey", linestyle="--", linewidth=1)
+    axis.set_xlabel(f"total throughput (tok/s), {label} interval; dashed: the start")
+    axis.set_title(f"glm5svc tune {run_dir.name} (green: the best)")
+    axis.grid(True, axis="x", alpha=0.3)
     figure.tight_layout()
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=100)

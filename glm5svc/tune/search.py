@@ -27,18 +27,19 @@ import yaml
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 
+from glm5svc.bench.load import LoadShape
 from glm5svc.bench.plan import BenchPlan, plan_from_config
 from glm5svc.tune.decision import (
     BETTER,
     DONE,
-    PRIOR_START_SPREAD,
+    PAIRS_PER_LOOK,
     START_CANDIDATE,
     START_INCUMBENT,
     UNDECIDED,
     WORSE,
-    StartModel,
     StartRecord,
     Verdict,
+    clearly_behind,
     judge_paired,
     next_step,
 )
@@ -60,6 +61,7 @@ MAX_DUPLICATE_PROPOSALS = 5  # the sampler keeps proposing tried settings: the s
 NOT_COMPARABLE = "not comparable"
 ANOTHER_START = "another start of the best"
 INFEASIBLE = "over the latency limits"
+DEFAULT_VOCAB = 32_000  # a model whose config.json gives none: ids every tokenizer has
 
 
 @dataclass(frozen=True)
@@ -67,12 +69,18 @@ class Workload:
     concurrency: int
     input_len: int
     output_len: int
-    num_prompts: int
-    warmup_prompts: int
+    length_ratio: float = 0.5  # lengths uniform in [ratio x len, len] (glm5svc/bench/load.py)
     request_file: str | None = None  # a recorded workload (glm5svc/bench/request_file.py)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Workload:
+        """A saved workload; keys of older runs that measured with bench_serving runs
+        (prompts per run) are not part of it."""
+        known = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in data.items() if k in known})
 
 
 # (event, data): "trial-start", "trial-run", "trial-end", "done"
@@ -95,6 +103,7 @@ class Search:
         render: Callable[[dict[str, Any]], str | None] = lambda mapping: None,
         on_progress: Progress = lambda event, data: None,
         should_stop: Callable[[], bool] = lambda: False,
+        stop_reason: Callable[[], str | None] = lambda: None,
     ):
         self.space = space
         self.live = space.live_knob
@@ -106,16 +115,19 @@ class Search:
         self.render = render  # why the plan refuses a trial mapping, or None
         self.on_progress = on_progress
         self.should_stop = should_stop
+        self.stop_reason = stop_reason  # why should_stop said so, when it was not a signal
         self.records: list[TrialRecord] = []
         self.best: TrialRecord | None = None
         self.again: list[dict[str, Value]] = []  # starts the verdicts asked for, in order
-        self.retried: set[str] = set()  # pruned combinations started once more
+        self.stopped_early: dict[str, str] = {}  # setting: why its start stopped early
         self.open: str | None = None  # the setting whose comparison awaits a start
         self.rewritten: list[TrialRecord] = []  # earlier records whose verdict moved
         self.confirmation: str | None = None  # what the winner's fresh start showed
+        self.confirmed: bool | None = None  # None: no confirming start was made
         self.started = time.monotonic()
         self.deadline = self.started + settings.budget_s
         self.stopped_by: str | None = None
+        self.picked_at: float | None = None
         optuna.logging.set_verbosity(logging.WARNING)
         self.study = optuna.create_study(
             storage=f"sqlite:///{self.run_dir / 'study.db'}",
@@ -164,10 +176,11 @@ class Search:
             duplicates = 0
             self._one_start(*proposal)
             if self.should_stop():
-                self.stopped_by = "stopped by a signal"
+                self.stopped_by = self.stop_reason() or "stopped by a signal"
                 break
         else:
             self.stopped_by = self.stopped_by or "every proposal measured"
+        self.picked_at = time.monotonic()  # the pick is final; its confirmation may follow
         if not self.should_stop():
             self._confirm()
         self.on_progress("done", {"stopped_by": self.stopped_by})
@@ -196,6 +209,7 @@ class Search:
             self.confirmation = "not confirmed by a fresh start: no time or trials left"
             return
         best = self.best
+        self.confirmed = False  # until the fresh start shows otherwise
         self._one_start(dict(best.candidate))
         if self.best is not best:
             self.confirmation = (
@@ -211,24 +225,27 @@ class Search:
             self.confirmation = f"the confirming start failed: {latest.verdict or latest.status}"
             return
         latest.verdict = "the confirming start of the best"
-        with open(self.run_dir / "trials" / f"{latest.number:03d}.json", "w") as handle:
-            json.dump(latest.to_json(), handle, indent=2)
         shown = gain(self.records, best, self.start, self.settings,
-                     self.combo_key(best.candidate) == self.combo_key(self.start))  # fmt: skip
+                     self.combo_key(best.candidate) == self.combo_key(self.start),
+                     self.combo_key)  # fmt: skip
         if shown is None or shown["low"] <= 1.0:
+            latest.verdict += " (not confirmed)"
             self.confirmation = (
                 "not confirmed: with its fresh start the best's gain over the start is no "
                 "longer above zero" + (f" ({shown['low'] - 1:+.1%} lower bound)" if shown else "")
             )
         else:
+            self.confirmed = True
             self.confirmation = (
                 f"confirmed by a fresh start (start {latest.start}): gain over the start "
                 f"{shown['mean'] - 1:+.1%} [{shown['low'] - 1:+.1%}, {shown['high'] - 1:+.1%}]"
             )
+        with open(self.run_dir / "trials" / f"{latest.number:03d}.json", "w") as handle:
+            json.dump(latest.to_json(), handle, indent=2)
 
     def _out_of_time_or_trials(self) -> bool:
         if self.should_stop():
-            self.stopped_by = "stopped by a signal"
+            self.stopped_by = self.stop_reason() or "stopped by a signal"
             return True
         limit = self.settings.max_trials
         reserve = 1 if self.confirmation_owed() else 0  # the winner's fresh start
@@ -309,7 +326,6 @@ class Search:
                     yield candidate, None
                     yield from self._drain_again()
             progress = self._best_combo() != best_at_start
-        yield from self._retry_pruned()
         while True:
             if not self.distributions:
                 return  # only the live knob: every start measured all of it
@@ -329,25 +345,6 @@ class Search:
 
     def _best_combo(self) -> str | None:
         return self.combo_key(self.best.candidate) if self.best else None
-
-    def _retry_pruned(self) -> Iterator[tuple[dict[str, Value], Any]]:
-        """With starts spreading wider than the pruning margin, a setting pruned on its
-        first window may have met a bad start: each is started once more."""
-        margin = 1 - self.settings.prune_below
-        if not self.settings.prune_below or self._start_spread() * 2 <= margin:
-            return
-        for record in list(self.records):
-            combo = self.combo_key(record.candidate)
-            if record.status == "pruned" and combo not in self.retried:
-                self.retried.add(combo)
-                yield dict(record.candidate), None
-                yield from self._drain_again()
-
-    def _start_spread(self) -> float:
-        starts = self._start_records()
-        if len(starts) < 2:
-            return PRIOR_START_SPREAD
-        return StartModel.fit(starts).sigma
 
     # ----- one engine start ------------------------------------------------------------
 
@@ -401,19 +398,31 @@ class Search:
         return records
 
     def _decider(self, candidate: dict[str, Value]) -> Callable[[list[RunFigures]], str]:
-        """A start measures `min_repeats` rounds (one window of each live value a round),
-        more, up to `max_repeats`, while a live value that runs beside the best's (the
-        start is the best's combination, or the first) is undecided against it by its
-        paired windows; a start whose every first window is far below the best is hopeless."""
+        """Asked after every whole A B B A block of a start: it measures `min_repeats`
+        rounds, more, up to `max_repeats`, while a live value that runs beside the best's
+        (the start is the best's combination, or the first) is undecided against it by its
+        paired windows. A start of another combination stops as soon as every live value
+        is clearly behind the best (a `worse` at this look: it can never promote)."""
         settings = self.settings
         incumbent = self._incumbent_live(candidate)
 
         def decide(runs: list[RunFigures]) -> str:
             samples = [r.throughput for r in runs]
-            self.on_progress("trial-run", {"number": len(self.records), "samples": samples})
+            by_value: dict[str, list[float]] = {}
+            for run in runs:
+                name = (
+                    "" if run.live_value is None else f"{_short(self.live.name)}={run.live_value}"
+                )
+                by_value.setdefault(name, []).append(run.throughput)
+            self.on_progress("trial-run", {"number": len(self.records), "samples": samples,
+                                           "by_value": by_value})  # fmt: skip
             rounds = max((r.round for r in runs), default=0) + 1
             best = self.best.mean if self.best else None
-            if rounds == 1 and best and settings.prune_below:
+            behind = self._clearly_behind(candidate, runs, rounds // PAIRS_PER_LOOK)
+            if behind is not None:
+                self.stopped_early.update(behind)
+                return PRUNE
+            if rounds <= PAIRS_PER_LOOK and best and settings.prune_below:
                 if max(samples) < settings.prune_below * best:
                     return PRUNE
             if self.should_stop() or rounds >= settings.max_repeats:
@@ -423,6 +432,39 @@ class Search:
             return CONTINUE if self._live_undecided(runs, incumbent) else STOP
 
         return decide
+
+    def _clearly_behind(self, candidate: dict[str, Value], runs: list[RunFigures],
+                        look: int) -> dict[str, str] | None:  # fmt: skip
+        """Why each live value of this start (its windows so far, as one more start) is
+        worse than the best, by the start model (setting: why); None while one is not."""
+        best = self.best
+        if best is None or self.combo_key(candidate) == self.combo_key(best.candidate):
+            return None
+        order = 1 + max((r.start for r in self.records if r.start is not None), default=-1)
+        values: tuple[int | None, ...] = self._live_values() or (None,)
+        partial = []
+        for value in values:
+            mine = [r.throughput for r in runs if r.live_value == value]
+            if not mine:
+                return None
+            setting = {**candidate, self.live.name: value} if self.live is not None else candidate
+            partial.append(StartRecord(_key(setting), order, sum(mine) / len(mine),
+                                       self.combo_key(candidate)))  # fmt: skip
+        starts = [*self._start_records(), *partial]
+        verdicts = {
+            row.setting: clearly_behind(
+                starts,
+                row.setting,
+                _key(best.candidate),
+                max(1, look),
+                confidence=self.settings.confidence,
+                comparisons=self.first_pass_size(),
+            )  # fmt: skip
+            for row in partial
+        }
+        if not all(verdicts.values()):
+            return None
+        return {setting: verdict.why for setting, verdict in verdicts.items()}
 
     def _incumbent_live(self, candidate: dict[str, Value]) -> int | None:
         """The live value to pair against within this start: the best's, when the start is
@@ -458,7 +500,7 @@ class Search:
     # ----- verdicts ----------------------------------------------------------------
 
     def _start_records(self) -> list[StartRecord]:
-        return start_records_of(self.records)
+        return start_records_of(self.records, self.combo_key)
 
     def _compare(self, record: TrialRecord, extra: list[StartRecord] = ()) -> tuple[str, Verdict]:
         """The verdict of `record`'s setting against the best, and what it needs next."""
@@ -484,12 +526,16 @@ class Search:
             if record.status == "pruned":
                 record.against = self.best.number if self.best else None
                 best = self.best.mean if self.best else None
-                record.verdict = (
-                    f"pruned: its first window was under {self.settings.prune_below:.0%} of the "
-                    f"best's mean ({best:,.0f} tok/s)"
-                    if best
-                    else "pruned"
-                )
+                behind = self.stopped_early.get(_key(record.candidate))
+                if behind is not None:
+                    record.verdict = f"stopped early, clearly behind the best: worse: {behind}"
+                elif best:
+                    record.verdict = (
+                        f"pruned: its first window was under {self.settings.prune_below:.0%} "
+                        f"of the best's mean ({best:,.0f} tok/s)"
+                    )
+                else:
+                    record.verdict = "pruned"
             elif record.status != "measured" or not record.samples:
                 record.verdict = record.outcome.get("failure") or record.status
         if not measured:
@@ -626,10 +672,22 @@ def bench_plan_for(config, workload: Workload, window_s: float | None = None) ->
         ladder=[workload.concurrency],
         input_len=workload.input_len,
         output_len=workload.output_len,
-        num_prompts=workload.num_prompts,
         request_file=workload.request_file,
     )
     return plan.with_overrides(window_s=window_s) if window_s else plan
+
+
+def load_shape(workload: Workload, plan: BenchPlan, vocab_size: int | None) -> LoadShape:
+    """The load of every start: the workload's concurrency and length distribution, random
+    token ids of the model's vocabulary (a recorded workload gives the lengths)."""
+    return LoadShape(
+        concurrency=workload.concurrency,
+        input_len=workload.input_len,
+        output_len=workload.output_len,
+        range_ratio=workload.length_ratio,
+        vocab_size=vocab_size or DEFAULT_VOCAB,
+        lengths=plan.request_file.requests if plan.request_file else (),
+    )
 
 
 def describe_candidate(candidate: dict[str, Value], start: dict[str, Value]) -> str:

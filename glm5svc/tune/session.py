@@ -2,7 +2,10 @@
 
 The run directory holds everything: study.db (Optuna's SQLite store), tune.json (what a
 resumed run must measure the same: workload, settings, space, start), one folder per
-engine start (its configuration, serve's log, every benchmark run), and the outputs.
+engine start (its configuration, serve's log, every window), and the outputs.
+
+Longer than 400 lines: the run directory's preparation and resume, the plan, the search's
+wiring and the executor with its retry share the tune's state and stay together.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from glm5svc.tune.host_figures import START_FILE, estimate_inputs
 from glm5svc.tune.outputs import STUDY_FILE, write_outputs
 from glm5svc.tune.render import Renderer, trial_mapping, write_trial_config
 from glm5svc.tune.retry import FIRST_ATTEMPT_DIR, keep_first_attempt, outside_the_candidate
-from glm5svc.tune.search import Search, SearchSettings, Workload, bench_plan_for
+from glm5svc.tune.search import Search, SearchSettings, Workload, bench_plan_for, load_shape
 from glm5svc.tune.space import Space, load_space, space_from_dict, start_value
 from glm5svc.tune.trial import TrialOutcome, TrialRequest, run_trial
 
@@ -157,17 +160,17 @@ class Tune:
             saved = read_study(self.run_dir)
             try:
                 self.space = space_from_dict(saved["space"])
-                workload = Workload(**saved["workload"])
+                workload = Workload.from_dict(saved["workload"])
                 settings = request.settings.resumed(saved["settings"])
             except (KeyError, TypeError, ValueError) as exc:
                 raise _study_error(
                     self.run_dir / STUDY_FILE, "space/workload/settings", _short(exc)
                 ) from None
+            self.start = {k.name: start_value(self.config, k.name) for k in self.space.knobs}
             if saved.get("start") != _jsonable(self.start):
                 raise ConfigError(
-                    f"--resume {self.run_dir}: the configuration's settings differ from the "
-                    "ones this study started from; resume with the same configuration or "
-                    "start a new tune"
+                    f"--resume {self.run_dir}: the configuration's settings differ from the ones "
+                    "this study started from; resume with that configuration or start a new tune"
                 )
             return workload, settings
         if request.run_dir:
@@ -185,6 +188,7 @@ class Tune:
             "workload": request.workload.to_dict(),
             "settings": request.settings.to_dict(),
             "space": self.space.to_dict(),
+            "space_file": str(request.space_path.absolute()) if request.space_path else None,
             "start": _jsonable(self.start),
         }
         (self.run_dir / STUDY_FILE).write_text(json.dumps(saved, indent=2), encoding="utf-8")
@@ -235,7 +239,7 @@ class Tune:
         telemetry_status = None
         try:
             with telemetry_sampler(config=self.config) as (sampler, telemetry_status):
-                executor = self._executor(workload, sampler, settings.window_s)
+                executor = self._executor(workload, sampler, settings.window_s, settings.settle_s)
                 search = Search(
                     self.space,
                     self.mapping,
@@ -246,9 +250,10 @@ class Tune:
                     render=lambda m: self.renderer.refusal(trial_mapping(m, self.run_dir)),
                     on_progress=self.on_progress,
                     should_stop=lambda: self.should_stop() or self.budget_spent is not None,
+                    stop_reason=lambda: None if self.should_stop() else self.budget_spent,
                 )
+                search.replay()  # first: "begin" counts the trials from before
                 self.on_progress("begin", {"run_dir": str(self.run_dir), "search": search})
-                search.replay()
                 search.run()
                 if self.budget_spent and not self.should_stop():
                     search.stopped_by = self.budget_spent
@@ -272,16 +277,24 @@ class Tune:
                         "plan": planned.to_dict(),
                         "stopped_by": search.stopped_by,
                         "confirmation": search.confirmation,
+                        "confirmed": search.confirmed,
+                        "timeline": {
+                            "decided_s": round(search.picked_at - self.started, 1)
+                            if search.picked_at
+                            else None,
+                            "wall_s": round(time.monotonic() - self.started, 1),
+                        },
                         "service": list(self.guard.log),
                         "telemetry": telemetry_status,
                         "bench_plan": {"ladder": [workload.concurrency]},
                     },
                     settings,
                     lambda a, b: search.combo_key(a) == search.combo_key(b),
+                    search.combo_key,
                 )
         return self.summary
 
-    def _executor(self, workload: Workload, sampler, window_s: float | None):
+    def _executor(self, workload: Workload, sampler, window_s: float | None, settle_s: float):
 
         def execute(number, candidate, mapping, decide, deadline, live_values) -> TrialOutcome:
             trial_dir = self.run_dir / "trials" / f"{number:03d}"
@@ -313,13 +326,16 @@ class Tune:
             write_trial_config(trial, path)
             config = config_from_mapping(trial, str(path))
             held = _wait_for_free_gpus(self.should_stop)
+            plan = bench_plan_for(config, workload, window_s)
             outcome = run_trial(
                 TrialRequest(
                     number=number,
                     config=config,
                     config_path=path,
                     trial_dir=trial_dir,
-                    bench=bench_plan_for(config, workload, window_s),
+                    bench=plan,
+                    load=load_shape(workload, plan, self.facts.model.vocab_size),
+                    settle_s=settle_s,
                     decide=decide,
                     # No measured run starts that cannot end by the budget's deadline, and
                     # the one running at that deadline is cut.
@@ -328,7 +344,6 @@ class Tune:
                     should_stop=lambda: (
                         self.should_stop() or time.monotonic() >= self.hard_deadline
                     ),
-                    warmup_prompts=workload.warmup_prompts,
                     live_knob=self.space.live_knob.name if live_values else None,
                     live_values=tuple(live_values),
                     on_progress=lambda text: self.on_progress(

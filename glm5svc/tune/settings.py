@@ -49,12 +49,12 @@ class SearchSettings(_Settings):
         3600.0, description="time one trial may take"
     )
     min_repeats: Annotated[Repeats, Option("--min-repeats", SEARCH)] = Field(
-        3,
+        2,
         description="measured rounds per engine start (a round: one window of each live "
-        "value), at least",
+        "value; the decider looks after every two, an A B B A block), at least",
     )
     max_repeats: Annotated[Repeats, Option("--max-repeats", SEARCH)] = Field(
-        8,
+        16,
         description="measured rounds per engine start, at most: more than --min-repeats "
         "only while a live value is undecided against the best's in the same start",
     )
@@ -75,8 +75,15 @@ class SearchSettings(_Settings):
     )
     window_s: Annotated[WindowSeconds | None, Option("--window", SEARCH, duration=True)] = Field(
         None,
-        description="length of one steady measurement window (default: the configuration's "
-        "benchmark.window_s; minutes on the real target, where one run lasts minutes)",
+        description="length of one measurement window under the start's load (default: the "
+        "configuration's benchmark.window_s)",
+    )
+    settle_s: Annotated[
+        float, Field(ge=0, le=MAX_WINDOW_S), Option("--settle", SEARCH, duration=True)
+    ] = Field(
+        4.0,
+        description="after a live value changes, the time left out before its window (the "
+        "running requests adjust to the new cap)",
     )
     target_half_width: float = Field(
         0.05, gt=0, lt=1, description="the first trial repeats until its interval is this tight"
@@ -120,13 +127,12 @@ class WorkloadOptions(_Settings):
     output_len: Annotated[
         Count | None, Option("--output-len", WORKLOAD, config="benchmark.output_len")
     ] = Field(None, description="output tokens per request")
-    num_prompts: Annotated[Count | None, Option("--num-prompts", WORKLOAD)] = Field(
-        None,
-        description="prompts per measured run (default: 4 x concurrency, at least "
-        "benchmark.min_prompts)",
-    )
-    warmup_prompts: Annotated[Count | None, Option("--warmup-prompts", WORKLOAD)] = Field(
-        None, description="prompts of the discarded warm-up run (default: the concurrency)"
+    length_ratio: Annotated[
+        float, Field(gt=0, le=1), Option("--length-ratio", WORKLOAD, metavar="RATIO")
+    ] = Field(
+        0.5,
+        description="each request's input and output lengths are drawn uniformly in "
+        "[RATIO x length, length] (1: fixed lengths, whose requests move in waves)",
     )
     # `--request-file` (glm5svc/commands/tune.py adds it: a path, not a number).
     request_file: str | None = Field(
@@ -142,8 +148,7 @@ class WorkloadOptions(_Settings):
             "concurrency": self.concurrency,
             "input_len": self.input_len or benchmark.input_len,
             "output_len": self.output_len or benchmark.output_len,
-            "num_prompts": self.num_prompts or max(benchmark.min_prompts, 4 * self.concurrency),
-            "warmup_prompts": self.warmup_prompts or self.concurrency,
+            "length_ratio": self.length_ratio,
             "request_file": str(Path(request_file).absolute()) if request_file else None,
         }
 

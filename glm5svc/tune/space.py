@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
+from glm5svc import paths
 from glm5svc.config import Config, config_from_mapping, describe_error, section_keys
 from glm5svc.config_yaml import YamlDocument, parse_yaml, read_config_bytes
 from glm5svc.errors import ConfigError
@@ -155,6 +156,8 @@ def space_from_dict(data: dict[str, Any]) -> Space:
 
 
 def read_space_file(path: Path | None) -> _SpaceFile:
+    if path:
+        paths.SPACE.check(path)
     path = Path(path) if path else DEFAULT_SPACE
     source = f"--space {path}"
     try:
@@ -165,7 +168,9 @@ def read_space_file(path: Path | None) -> _SpaceFile:
     try:
         spec = _SpaceFile.model_validate(document.data)
     except ValidationError as exc:
-        problems = [describe_error(err, document) for err in exc.errors(include_url=False)]
+        problems = [
+            describe_error(err, document, _SpaceFile) for err in exc.errors(include_url=False)
+        ]
         raise ConfigError(f"--space {path}: not a search space", problems=problems) from None
     if problems := knob_key_problems(spec, document):
         raise ConfigError(

@@ -1,16 +1,19 @@
-"""One trial: the engine with a candidate's settings under `glm5svc serve`, benchmarked, drained.
+"""One trial: the engine with a candidate's settings under `glm5svc serve`, measured, drained.
 
 The trial runs the service's own command (`python -m glm5svc --config TRIAL serve`) in
 its own process group, so the candidate is supervised exactly as `glm5.service` would
 supervise it: READY after one real generation, sglang's own drain on SIGTERM, the
-diagnosis of a failed start in its last-run file. The benchmark is `sglang.bench_serving`
-through glm5svc's bench runner, with a GPU telemetry window per run and sglang's
-scheduler gauges sampled beside it for the diagnosis. With benchmark.steady, each run is
-one steady window of fresh prompts into a flushed cache (glm5svc/bench/measure.py), after a
-warm-up that waits for the plateau.
+diagnosis of a failed start in its last-run file. Once READY, one continuous load
+(glm5svc/bench/load.py: fresh random prompts, lengths that vary) holds the target
+concurrency until the start's last window; every window is the engine's own counters'
+advance over `window_s` (glm5svc/bench/counter_window.py), with a GPU telemetry window
+and sglang's scheduler gauges beside it. A warm-up runs until two windows agree; then each
+round measures one window per live value (the cap switched between windows, a settle
+period left out), in A B B A order, and the search's decider is asked after every whole
+block.
 
-Longer than 400 lines: a trial's whole life (start, readiness, warm-up, runs or steady
-windows, stop, the serve log's figures) stays in one place.
+Longer than 400 lines: a trial's whole life (start, readiness, the load, warm-up, windows,
+stop, the serve log's figures) stays in one place.
 """
 
 from __future__ import annotations
@@ -27,13 +30,15 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from glm5svc.bench.counter_window import CounterRead, CounterWindow, read_counters
 from glm5svc.bench.engine_sampler import SteadyRefused
-from glm5svc.bench.measure import Measurement, Measurer
+from glm5svc.bench.load import ContinuousLoad, LoadShape
 from glm5svc.bench.plan import BenchPlan
-from glm5svc.bench.runner import run_level
+from glm5svc.bench.steady import cached_share_flag, windows_agree
 from glm5svc.child_group import ChildGroup, spawn
 from glm5svc.config import Config, connect_host, read_api_key
 from glm5svc.http_fetch import FetchError, bearer, fetch_bytes
+from glm5svc.metrics_text import MetricsTextError
 from glm5svc.records import LastRun, RecordError, StatusDocument
 from glm5svc.serve.phases import parse_line
 from glm5svc.serve.probes import EngineClient
@@ -46,9 +51,9 @@ STOP_MARGIN_S = 30.0  # beyond the service's own drain limit, before the group i
 # systemd's variables are for the tune process, never for a trial's serve.
 NOT_FOR_TRIALS = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "GLM5SVC_CONFIG")
 
-LEVEL_FILE = "level.json"
-WINDOW_FILE = "window.json"  # the steady window, its seed and cached share
-MAX_FLAGGED_RUNS = 3  # runs of a start whose window cannot be counted: the trial fails
+WAIT_STEP_S = 0.25  # how often a window's wait looks at the engine, the load and a stop
+SETTLE_BOUND_S = 60.0  # the longest wait for the running requests to come down to a cap
+MAX_FLAGGED_RUNS = 3  # windows of a start that cannot be counted: the trial fails
 CONTINUE, STOP, PRUNE = "continue", "stop", "prune"
 Decide = Callable[[list["RunFigures"]], str]
 
@@ -71,21 +76,24 @@ class RunFigures:
     requested: int
     name: str = ""  # the run's folder under the trial's runs/
     live_value: int | None = None  # the live knob's value it ran at (TrialRequest.live_knob)
-    round: int = 0  # rounds pair runs: round i of every setting sends seed + i
+    round: int = 0  # round i of every live value forms a pair (same start, adjacent windows)
+    cached_share: float | None = None  # of the window's prompt tokens, from the radix cache
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunFigures:
-        return cls(**data)
+        known = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in data.items() if k in known})
 
 
 @dataclass
 class TrialOutcome:
     status: str  # measured | failed | pruned | interrupted
     runs: list[RunFigures] = field(default_factory=list)
-    warmup: RunFigures | None = None
+    warmup_windows: list[dict[str, Any]] = field(default_factory=list)
+    load: dict[str, Any] = field(default_factory=dict)  # what the start's load sent
     kv_pool_tokens: int | None = None
     ready_after_s: float | None = None
     failure: str | None = None
@@ -97,7 +105,6 @@ class TrialOutcome:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["runs"] = [r.to_dict() for r in self.runs]
-        data["warmup"] = self.warmup.to_dict() if self.warmup else None
         return data
 
 
@@ -107,12 +114,13 @@ class TrialRequest:
     config: Config  # the trial's configuration, validated
     config_path: Path  # where it was written
     trial_dir: Path
-    bench: BenchPlan  # one level: the target concurrency
+    bench: BenchPlan  # the window, warm-up, seed and declared prefix sharing
+    load: LoadShape  # the start's one load
     decide: Decide
     deadline: float  # time.monotonic() by which the trial must have ended
     sampler: Any = None  # a telemetry WindowSampler, or None
     should_stop: Callable[[], bool] = lambda: False
-    warmup_prompts: int = 0
+    settle_s: float = 0.0  # after a live change, before the window
     on_progress: Callable[[str], None] = lambda text: None
     # Measured within this start, interleaved (A B B A ...): each round runs every value.
     live_knob: str | None = None
@@ -150,85 +158,82 @@ def _measure(request: TrialRequest, serve: ChildGroup, outcome: TrialOutcome, t0
         request.config.server.port,
         read_api_key(request.config.server.api_key_file),
     )
+    headers = bearer(client.api_key)
     cap = request.config.tuning.max_running_requests
-    concurrency = request.bench.ladder[0]
-    measurer = None
-    if request.bench.steady:
-        # Fresh prompts into a flushed cache, a warm-up until two windows agree, then one
-        # steady window per run (glm5svc/bench/measure.py).
-        measurer = Measurer(
-            request.bench, concurrency, request.trial_dir / "runs", request.sampler,
-            request.should_stop, request.on_progress,
-        )  # fmt: skip
-        warm = Measurement(concurrency)
-        try:
-            measurer.warm_up(warm, request.bench.seed)
-        except SteadyRefused as exc:
-            outcome.status, outcome.failure = "failed", str(exc)
+    concurrency = request.load.concurrency
+    load = ContinuousLoad(client.base_url, headers, request.load, request.bench.seed)
+    window = _Windows(request, serve, client, load)
+    load.start()
+    try:
+        failure = window.warm_up(outcome)
+        if failure is not None:
+            outcome.status, outcome.failure = failure
             return
-        if warm.error:
-            outcome.status, outcome.failure = _run_failed(serve, warm.error)
-            return
-        outcome.diagnosis.append(
-            f"warm-up: {len(warm.warmup)} run(s), "
-            + ("two windows agreed" if warm.warmup_settled else "no plateau within the bound")
-        )
-    elif request.warmup_prompts:
-        request.on_progress("warm-up run (discarded)")
-        warm = _bench_run(request, client, "warmup", request.warmup_prompts)
-        if isinstance(warm, str):
-            outcome.status, outcome.failure = _run_failed(serve, warm)
-            return
-        outcome.warmup = warm
-    flagged = 0
+        _rounds(request, window, client, outcome)
+    finally:
+        counts = load.stop()
+        outcome.load = {
+            "shape": request.load.describe(),
+            "sent": counts.sent,
+            "completed": counts.completed,
+            "failed": counts.failed,
+            "errors": counts.errors,
+            "started_after_ready_s": round(load.started_at - t0 - outcome.ready_after_s, 2)
+            if load.started_at
+            else None,
+        }
+    _diagnose(request, outcome, cap, concurrency)
+
+
+def _rounds(request: TrialRequest, window: _Windows, client: EngineClient, outcome: TrialOutcome):
+    """Rounds of one window per live value, in A B B A order, until the decider stops them
+    (it is asked after every whole block of two rounds)."""
     values: tuple[int | None, ...] = request.live_values or (None,)
     round_index = 0
+    flagged = 0
     while True:
-        # ABBA: the order turns every round, so a drift within the start favours no value.
         order = values if round_index % 2 == 0 else tuple(reversed(values))
         for value in order:
             if request.should_stop():
                 outcome.status = "interrupted"
                 return
-            if time.monotonic() >= request.deadline:
-                outcome.diagnosis.append("the trial's time ran out; measured runs kept")
-                return _diagnose(request, outcome, cap, concurrency)
+            if time.monotonic() + window.cost_s >= request.deadline:
+                outcome.diagnosis.append("the trial's time ran out; measured windows kept")
+                return
             if value is not None and request.live_knob:
                 try:
                     set_live(client.base_url, bearer(client.api_key), request.live_knob, value)
                 except LiveSetError as exc:
                     outcome.status, outcome.failure = "failed", str(exc)
                     return
-            request.on_progress(f"run {len(outcome.runs) + 1}")
             name = f"r{round_index + 1:02d}" + (f"-v{value}" if value is not None else "")
+            request.on_progress(f"window {len(outcome.runs) + 1} ({name})")
             while True:
-                if measurer is not None:
-                    figures = _window_run(request, client, measurer, name, round_index)
-                    if isinstance(figures, _Flagged):
-                        flagged += 1
-                        outcome.diagnosis.append(f"{name} not counted: {figures.why}")
-                        if flagged < MAX_FLAGGED_RUNS:
-                            name += "-again"
-                            continue
-                        figures = f"{flagged} runs could not be counted: {figures.why}"
-                else:
-                    figures = _bench_run(request, client, name)
+                figures = window.measure(name, settle=value)
+                if isinstance(figures, _Flagged):
+                    flagged += 1
+                    outcome.diagnosis.append(f"{name} not counted: {figures.why}")
+                    if flagged < MAX_FLAGGED_RUNS:
+                        name += "-again"
+                        continue
+                    figures = f"{flagged} windows could not be counted: {figures.why}"
                 break
             if isinstance(figures, str):
                 if request.should_stop():
                     outcome.status = "interrupted"
                     return
-                outcome.status, outcome.failure = _run_failed(serve, figures)
+                outcome.status, outcome.failure = "failed", figures
                 return
             outcome.runs.append(replace(figures, name=name, live_value=value, round=round_index))
         round_index += 1
+        if round_index % 2:
+            continue  # a half block: the decider looks at whole A B B A blocks only
         verdict = request.decide(outcome.runs)
         if verdict == PRUNE:
             outcome.status = "pruned"
-            break
+            return
         if verdict == STOP:
-            break
-    _diagnose(request, outcome, cap, concurrency)
+            return
 
 
 def _diagnose(request: TrialRequest, outcome: TrialOutcome, cap: int, concurrency: int) -> None:
@@ -239,83 +244,155 @@ def _diagnose(request: TrialRequest, outcome: TrialOutcome, cap: int, concurrenc
         outcome.diagnosis += [prefix + line for line in found]
 
 
-def _run_failed(serve: ChildGroup, error: str) -> tuple[str, str]:
-    if serve.poll() is not None:
-        return "failed", f"the engine stopped during the benchmark (serve exit {serve.returncode})"
-    return "failed", f"benchmark run failed: {error}"
-
-
-def _bench_run(
-    request: TrialRequest, client: EngineClient, name: str, prompts: int | None = None
-) -> RunFigures | str:
-    plan = request.bench.with_overrides(num_prompts=prompts) if prompts else request.bench
-    concurrency = plan.ladder[0]
-    run_dir = request.trial_dir / "runs" / name
-    gauges = _GaugePoller(client)
-    gauges.start()
-    try:
-        level, _ = run_level(
-            plan, concurrency, run_dir, sampler=request.sampler, should_stop=request.should_stop
-        )
-    finally:
-        samples = gauges.stop()
-    # The chosen trial's last run becomes the baseline for `glm5svc bench compare`.
-    (run_dir / LEVEL_FILE).write_text(json.dumps(level.to_dict(), indent=2), encoding="utf-8")
-    if not level.ok or level.metrics is None or not level.metrics.total_throughput:
-        return level.error or f"{level.completed} of {level.requested} requests completed"
-    return _figures(level, samples, level.metrics.total_throughput, level.metrics.output_throughput)
-
-
-def _figures(level, samples, throughput: float, output_throughput: float | None) -> RunFigures:
-    metrics = level.metrics
-    # Only while requests were in the engine: bench_serving's own start-up is idle time.
-    samples = [s for s in samples if (s.running or 0) + (s.queued or 0) > 0]
-    running = [s.running for s in samples if s.running is not None]
-    queued = [s.queued for s in samples if s.queued is not None]
-    usage = [s.token_usage for s in samples if s.token_usage is not None]
-    return RunFigures(
-        throughput=throughput,
-        output_throughput=output_throughput,
-        ttft_p99_ms=metrics.latency("ttft", "p99"),
-        itl_p99_ms=metrics.latency("itl", "p99"),
-        ttft_median_ms=metrics.latency("ttft", "median"),
-        power_share=level.telemetry.mean_power_share if level.telemetry.available else None,
-        running_max=max(running) if running else None,
-        queue_mean=sum(queued) / len(queued) if queued else None,
-        token_usage_max=max(usage) if usage else None,
-        wall_s=round(level.wall_s, 2),
-        completed=level.completed,
-        requested=level.requested,
-    )
-
-
 @dataclass(frozen=True)
 class _Flagged:
     why: str
 
 
-def _window_run(
-    request: TrialRequest, client: EngineClient, measurer: Measurer, name: str, index: int
-) -> RunFigures | _Flagged | str:
-    """One steady window: run `index` of every trial sends seed + index (runs pair)."""
-    gauges = _GaugePoller(client)
-    gauges.start()
-    try:
-        run = measurer.run(name, request.bench.seed + index)
-    except SteadyRefused as exc:
-        return str(exc)
-    finally:
-        samples = gauges.stop()
-    level = run.level
-    run_dir = request.trial_dir / "runs" / name
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / LEVEL_FILE).write_text(json.dumps(level.to_dict(), indent=2), encoding="utf-8")
-    (run_dir / WINDOW_FILE).write_text(json.dumps(run.to_dict(), indent=2), encoding="utf-8")
-    if not level.ok or level.metrics is None:
-        return level.error or f"{level.completed} of {level.requested} requests completed"
-    if run.throughput is None:
-        return _Flagged(run.flag or "no steady window")
-    return _figures(level, samples, run.throughput, run.window.output_throughput)
+class _Windows:
+    """Windows read from the engine's counters while the start's one load runs."""
+
+    def __init__(self, request: TrialRequest, serve: ChildGroup, client: EngineClient,
+                 load: ContinuousLoad):  # fmt: skip
+        self.request = request
+        self.serve = serve
+        self.client = client
+        self.load = load
+        self.headers = bearer(client.api_key)
+        self.window_s = request.bench.window_s
+        self.settle_s = request.settle_s
+        self.cost_s = self.window_s + self.settle_s
+
+    def _wait(self, seconds: float) -> str | None:
+        """Sleep through a settle period or a window, watching the engine and the load."""
+        until = time.monotonic() + seconds
+        while (left := until - time.monotonic()) > 0:
+            if self.request.should_stop():
+                return "stopped"
+            if self.serve.poll() is not None:
+                code = self.serve.returncode
+                return f"the engine stopped during the measurement (serve exit {code})"
+            counts = self.load.counts
+            if counts.failed >= self.request.load.concurrency and counts.completed == 0:
+                return "the engine answered no request of the load: " + "; ".join(counts.errors)
+            time.sleep(min(left, WAIT_STEP_S))
+        return None
+
+    def _read(self) -> CounterRead | str:
+        try:
+            return read_counters(self.client.base_url, self.headers)
+        except SteadyRefused as exc:
+            return str(exc)
+        except (FetchError, MetricsTextError) as exc:
+            return f"the engine's /metrics could not be read: {exc}"
+
+    def window(self, seconds: float) -> tuple[CounterWindow, list[GaugeSample], Any] | str:
+        first = self._read()
+        if isinstance(first, str):
+            return first
+        gauges = _GaugePoller(self.client)
+        gauges.start()
+        telemetry = self.request.sampler.open_window("tune") if self.request.sampler else None
+        try:
+            stopped = self._wait(seconds)
+        finally:
+            samples = gauges.stop()
+            stats = self.request.sampler.close_window(telemetry) if telemetry else None
+        if stopped is not None:
+            return stopped
+        last = self._read()
+        if isinstance(last, str):
+            return last
+        return CounterWindow.between(first, last), samples, stats
+
+    def warm_up(self, outcome: TrialOutcome) -> tuple[str, str] | None:
+        """Windows until two in a row agree (benchmark.warmup_tolerance_pct), bounded by
+        benchmark.warmup_max_s: a fresh engine compiles kernels per shape, its first
+        windows come in low."""
+        bench = self.request.bench
+        bound = time.monotonic() + bench.warmup_max_s
+        previous: float | None = None
+        while bench.warmup_max_s > 0 and time.monotonic() + self.window_s <= bound:
+            self.request.on_progress(f"warm-up window {len(outcome.warmup_windows) + 1}")
+            read = self.window(self.window_s)
+            if isinstance(read, str):
+                if self.request.should_stop():
+                    return "interrupted", "stopped during the warm-up"
+                return "failed", read
+            current = read[0].throughput
+            outcome.warmup_windows.append(read[0].to_dict())
+            tolerance = bench.warmup_tolerance_pct / 100
+            if previous is not None and windows_agree(previous, current, tolerance):
+                outcome.diagnosis.append(
+                    f"warm-up: {len(outcome.warmup_windows)} window(s), two agreed"
+                )
+                return None
+            previous = current
+        outcome.diagnosis.append(
+            f"warm-up: {len(outcome.warmup_windows)} window(s), no plateau within "
+            f"benchmark.warmup_max_s ({bench.warmup_max_s:g} s)"
+        )
+        return None
+
+    def settle(self, cap: int) -> str | None:
+        """After the cap moved: wait until the engine runs at most `cap` requests (lowering
+        the cap admits no new request, but those running finish first: seconds at a long
+        TTFT), bounded by SETTLE_BOUND_S, then the settle period."""
+        bound = time.monotonic() + max(SETTLE_BOUND_S, 10 * self.settle_s)
+        while time.monotonic() < bound:
+            gauges = self.client.scheduler_gauges(timeout=2.0) or {}
+            running = gauges.get("sglang:num_running_reqs")
+            if running is None or running <= cap:
+                break
+            stopped = self._wait(WAIT_STEP_S)
+            if stopped is not None:
+                return stopped
+        return self._wait(self.settle_s) if self.settle_s > 0 else None
+
+    def measure(self, name: str, settle: int | None) -> RunFigures | _Flagged | str:
+        if settle is not None:
+            stopped = self.settle(settle)
+            if stopped is not None:
+                return stopped
+        read = self.window(self.window_s)
+        if isinstance(read, str):
+            return read
+        counted, gauges, stats = read
+        run_dir = self.request.trial_dir / "runs"
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / f"{name}.json").write_text(
+            json.dumps(counted.to_dict(), indent=2), encoding="utf-8"
+        )
+        flag = cached_share_flag(counted.tokens, self.request.bench.prefix_sharing)
+        if flag is not None:
+            return _Flagged(flag)
+        if counted.throughput <= 0:
+            return _Flagged("the engine computed no tokens in the window")
+        return _figures(counted, gauges, stats)
+
+
+def _figures(window: CounterWindow, samples: list[GaugeSample], stats) -> RunFigures:
+    samples = [s for s in samples if (s.running or 0) + (s.queued or 0) > 0]
+    running = [s.running for s in samples if s.running is not None]
+    queued = [s.queued for s in samples if s.queued is not None]
+    usage = [s.token_usage for s in samples if s.token_usage is not None]
+    shares = [g.power_share_of_limit for g in stats.gpus if g.power_share_of_limit is not None] \
+        if stats is not None else []  # fmt: skip
+    return RunFigures(
+        throughput=round(window.throughput, 1),
+        output_throughput=round(window.output_throughput, 1),
+        ttft_p99_ms=window.ttft_p99_ms,
+        itl_p99_ms=window.itl_p99_ms,
+        ttft_median_ms=window.ttft_median_ms,
+        power_share=sum(shares) / len(shares) if shares else None,
+        running_max=max(running) if running else None,
+        queue_mean=sum(queued) / len(queued) if queued else None,
+        token_usage_max=max(usage) if usage else None,
+        wall_s=window.duration_s,
+        completed=int(window.completed),
+        requested=int(window.completed),
+        cached_share=window.tokens.cached_share,
+    )
 
 
 class _GaugePoller:

@@ -43,7 +43,7 @@ import yaml
 
 from glm5svc.child_group import live_group_members
 from glm5svc.http_fetch import FetchError, post_json
-from lab.gpu import method_scenario, nsa_scenario, ratio_scenario, tune_scenario
+from lab.gpu import method_scenario, nsa_scenario, peer_scenario, ratio_scenario, tune_scenario
 from lab.gpu.common import (
     BARE_PORT,
     BENCH_PYTHON,
@@ -380,6 +380,11 @@ def scenario_tune(out: Path, env: dict[str, str], deadline: Deadline, results: d
     tune_scenario.run(out, env, deadline, results, model, TUNE_START["start"])
 
 
+def scenario_peer(out: Path, env: dict[str, str], deadline: Deadline, results: dict) -> None:
+    """sglang.auto_benchmark, tier 3, over the tune's space from the same start."""
+    peer_scenario.run(out, env, deadline, results, MODELS / "qwen3-moe", TUNE_START["start"])
+
+
 def scenario_grid(out: Path, env: dict[str, str], deadline: Deadline, results: dict) -> None:
     tune_scenario.run_grid(out, env, deadline, results, MODELS / "qwen3-moe")
 
@@ -397,6 +402,7 @@ SCENARIO_MODELS = {
     "tune": "qwen3-moe",
     "grid": "qwen3-moe",
     "method": "qwen3-moe",
+    "peer": "qwen3-moe",
 }
 SCENARIOS = {
     "service": scenario_service,
@@ -406,6 +412,7 @@ SCENARIOS = {
     "tune": scenario_tune,
     "grid": scenario_grid,
     "method": scenario_method,
+    "peer": scenario_peer,
 }
 
 

@@ -44,14 +44,15 @@ STARTS = {
 CONCURRENCY = 256
 INPUT_LEN = 512
 OUTPUT_LEN = int(os.environ.get("GPU_LAB_TUNE_OUTPUT_LEN", "128"))  # shorter in a rehearsal
-NUM_PROMPTS = int(os.environ.get("GPU_LAB_TUNE_PROMPTS", "512"))
+LENGTH_RATIO = 0.5  # lengths uniform in [half, full]: requests do not move in waves
 MIN_REPEATS = int(os.environ.get("GPU_LAB_TUNE_MIN_REPEATS", "2"))
-MAX_REPEATS = int(os.environ.get("GPU_LAB_TUNE_MAX_REPEATS", "4"))
-# The steady measurement: windows of this length, a warm-up until two agree within the
-# tolerance or the bound (benchmark.steady; glm5svc/bench/measure.py).
-WINDOW_S = float(os.environ.get("GPU_LAB_TUNE_WINDOW_S", "10"))
-WARMUP_MAX_S = float(os.environ.get("GPU_LAB_TUNE_WARMUP_MAX_S", "45"))
-WARMUP_TOLERANCE_PCT = float(os.environ.get("GPU_LAB_TUNE_WARMUP_TOLERANCE_PCT", "3"))
+MAX_REPEATS = int(os.environ.get("GPU_LAB_TUNE_MAX_REPEATS", "8"))
+# Windows under the start's one load: this long each, a settle period after each live
+# change, a warm-up until two agree within the tolerance or the bound.
+WINDOW_S = float(os.environ.get("GPU_LAB_TUNE_WINDOW_S", "5"))
+SETTLE_S = float(os.environ.get("GPU_LAB_TUNE_SETTLE_S", "2"))
+WARMUP_MAX_S = float(os.environ.get("GPU_LAB_TUNE_WARMUP_MAX_S", "30"))
+WARMUP_TOLERANCE_PCT = float(os.environ.get("GPU_LAB_TUNE_WARMUP_TOLERANCE_PCT", "5"))
 # The grid: every combination of the space's restart knobs, in this order (one engine
 # start each, measuring every live value), so the same combination is started more than
 # once and the spread from start to start is measured, not assumed.
@@ -201,7 +202,8 @@ def run(
     argv = glm5svc_argv(
         config, "tune", "run",
         "--concurrency", str(CONCURRENCY), "--input-len", str(INPUT_LEN),
-        "--output-len", str(OUTPUT_LEN), "--num-prompts", str(NUM_PROMPTS),
+        "--output-len", str(OUTPUT_LEN), "--length-ratio", str(LENGTH_RATIO),
+        "--settle", str(SETTLE_S),
         "--space", str(space), "--budget", str(budget),
         "--min-repeats", str(MIN_REPEATS), "--max-repeats", str(MAX_REPEATS),
         "--trial-timeout", str(TRIAL_TIMEOUT_S),

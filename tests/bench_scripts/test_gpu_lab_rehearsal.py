@@ -90,7 +90,7 @@ def test_tune_scenario_rehearsed_on_the_test_engine(tmp_path):
         OUT=str(tmp_path / "out"),
         GPU_LAB_ENGINE=fast_engine,
         GPU_LAB_BENCH_PYTHON=str(bench_python),
-        GPU_LAB_TUNE_PROMPTS="256",
+        GPU_LAB_TUNE_SETTLE_S="0.5",
         GPU_LAB_TUNE_OUTPUT_LEN="16",
         GPU_LAB_TUNE_MIN_REPEATS="2",
         GPU_LAB_TUNE_MAX_REPEATS="2",

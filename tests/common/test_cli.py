@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from glm5svc.cli import COMMAND_MODULES, build_parser, chosen_command, main
+from glm5svc.commands import status
 
 
 def test_help_lists_every_command():
@@ -42,3 +43,14 @@ def test_unknown_command_lists_the_real_ones():
 def test_a_double_dash_as_an_options_value_is_a_usage_error(argv, capsys):
     assert main(argv) == 2
     assert "expected a value, not '--'" in capsys.readouterr().err
+
+
+def test_status_help_describes_the_command_and_each_exit_status(capsys):
+    with pytest.raises(SystemExit):
+        main(["status", "--help"])
+    said = " ".join(capsys.readouterr().out.split())
+    assert "the running service, from its /status" in said
+    for code, meaning in ((0, "ready"), (status.EXIT_NOT_READY, "not ready"),
+                          (status.EXIT_UNREACHABLE, "unreachable"),
+                          (status.EXIT_UNKNOWN, "the answer is not a glm5svc status")):  # fmt: skip
+        assert f"{code} {meaning}" in said

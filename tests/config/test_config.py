@@ -91,7 +91,7 @@ def test_every_problem_is_listed_at_once():
 
 
 def test_missing_file_names_the_fix(tmp_path):
-    with pytest.raises(ConfigError, match="no such file.*--config"):
+    with pytest.raises(ConfigError, match="No such file or directory; create it.*--config"):
         load_config(tmp_path / "absent.yaml")
 
 

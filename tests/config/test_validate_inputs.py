@@ -57,7 +57,7 @@ def test_a_fifo_as_the_key_file_is_refused_at_once(tmp_path):
 
 def test_a_folder_as_the_configuration_is_refused(tmp_path, capsys):
     assert main(["validate", str(tmp_path)]) == EXIT_CONFIG
-    assert "a folder, not a regular file" in capsys.readouterr().err
+    assert ": Is a directory; give the configuration file" in capsys.readouterr().err
 
 
 def test_an_empty_config_path_is_a_usage_error(capsys, monkeypatch, tmp_path):
@@ -93,9 +93,9 @@ def test_a_model_path_that_cannot_be_a_checkpoint_is_refused(tmp_path, capsys, k
     assert main(["validate", str(config)]) == EXIT_CONFIG
     said = capsys.readouterr().err
     expected = {
-        "file": "is a file, not the checkpoint's folder",
-        "loop": "symlink loop",
-        "dangling": "which does not exist",
+        "file": "Not a directory (it is a regular file); give the checkpoint's folder",
+        "loop": "Too many levels of symbolic links",
+        "dangling": "No such file or directory (a symbolic link to",
         "no-config-json": "has no config.json",
     }[kind]
     assert "model.path" in said and expected in said
@@ -134,7 +134,7 @@ def test_validate_lists_the_problems_of_every_stage_in_one_run(tmp_path, capsys)
     assert main(["validate", str(config)]) == EXIT_CONFIG
     said = capsys.readouterr().err
     assert "3 problems" in said
-    assert "is a file" in said and "mode 0644" in said and "no-such-baseline" in said
+    assert "Not a directory" in said and "mode 0644" in said and "no-such-baseline" in said
 
 
 @pytest.mark.parametrize("host", ["0.0.0.0 ", "my host", "[::1]", "10.0.0.1:30000", "999.1.1.1"])

@@ -81,3 +81,23 @@ def test_corrupt_index_is_reported(tmp_path):
     (tmp_path / "m" / "model.safetensors.index.json").write_text("{not json")
     row = rows_for(tmp_path / "m")["model directory"]
     assert row.status == FAIL and "unreadable JSON" in row.detail
+
+
+@pytest.mark.parametrize(
+    ("setup", "said", "fix"),
+    [
+        ("file", "Not a directory (it is a regular file)", "not a file"),
+        ("loop", "Too many levels of symbolic links", "replace the links"),
+        ("absent", "No such file or directory", "download the checkpoint"),
+    ],
+)
+def test_a_model_path_that_is_no_folder_is_named_in_the_systems_words(tmp_path, setup, said, fix):
+    model = tmp_path / "m"
+    if setup == "file":
+        model.write_text("weights?")
+    elif setup == "loop":
+        model.symlink_to(tmp_path / "n")
+        (tmp_path / "n").symlink_to(model)
+    row = rows_for(model)["model directory"]
+    assert row.status == FAIL and row.detail.startswith(f"model.path: {model}: {said}")
+    assert fix in row.fix and "does not exist" not in row.detail

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from glm5svc.tune.search import Search, SearchSettings
 from glm5svc.tune.space import Knob, Space
-from glm5svc.tune.trial import CONTINUE, RunFigures, TrialOutcome
+from glm5svc.tune.trial import CONTINUE, PRUNE, STOP, RunFigures, TrialOutcome
 
 SPACE = Space(
     [
@@ -23,13 +23,22 @@ START = {
 
 
 def measured(number, candidate, mapping, decide, deadline, *rest) -> TrialOutcome:
-    """One window a round, until the search's decider stops the start."""
+    """One window a round, the decider asked after every whole block of two rounds (as
+    trial._rounds does) until it stops the start. Every setting but the start runs at half
+    its throughput: clearly behind, so no comparison asks for more starts."""
+    level = 1000.0 if candidate == START else 500.0
     runs = []
     for index in range(100):
-        runs.append(RunFigures(1000.0 + index, None, 100.0, 10.0, 50.0, None, None, None,
+        runs.append(RunFigures(level + index % 2, None, 100.0, 10.0, 50.0, None, None, None,
                                None, 1.0, 8, 8, round=index))  # fmt: skip
-        if decide(runs) != CONTINUE:
+        if index % 2 == 0:
+            continue  # a half block: the decider looks at whole A B B A blocks only
+        verdict = decide(list(runs))
+        if verdict == PRUNE:
+            return TrialOutcome("pruned", runs=runs, kv_pool_tokens=1000, wall_s=1)
+        if verdict == STOP:
             return TrialOutcome("measured", runs=runs, kv_pool_tokens=1000, wall_s=1)
+        assert verdict == CONTINUE, verdict
     raise AssertionError("the decider never stopped")
 
 
@@ -66,7 +75,10 @@ def test_refused_and_measured_trials_share_the_limit(tmp_path):
     records = search.run()
     statuses = [r.status for r in records]
     assert len(records) == 5 and "refused" in statuses
-    assert calls.made == statuses.count("measured")
+    # The start, 128 (stopped early: clearly behind), then 256, 512 and 1024 refused.
+    assert statuses == ["measured", "pruned", "refused", "refused", "refused"]
+    assert calls.made == len({r.start for r in records if r.start is not None}) == 2
+    assert all(r.start is None for r in records if r.status == "refused")
     assert search.stopped_by == "--max-trials 5 reached"
 
 

@@ -1,5 +1,6 @@
 """The search's decisions with a stand-in executor: optimum found, noise alone undecided,
-crashes recorded and skipped, a stopped study resumed."""
+a clear restart gain promoted and confirmed by a fresh start, crashes recorded and skipped,
+a start clearly behind stopped early, a stopped study resumed."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 
 from glm5svc.tune.search import ANOTHER_START, Search, SearchSettings
 from glm5svc.tune.space import Knob, Space
-from glm5svc.tune.trial import CONTINUE, PRUNE, RunFigures, TrialOutcome
+from glm5svc.tune.trial import CONTINUE, PRUNE, STOP, RunFigures, TrialOutcome
 
 SPACE = Space(
     [
@@ -35,7 +36,8 @@ def figures(throughput: float, **tags) -> RunFigures:
 class Executor:
     """Throughput from a table of factors: each engine start draws its own effect
     (`start_noise`, lognormal), each window its own (`noise`). Live values run interleaved
-    in rounds, as run_trial does."""
+    in A B B A rounds and the decider is asked after every whole block of two rounds
+    (rounds 2, 4, ...), as trial._rounds does."""
 
     def __init__(self, model, noise=0.01, start_noise=0.01, crash=lambda c: False, seed=1):
         self.model = model
@@ -44,24 +46,33 @@ class Executor:
         self.crash = crash
         self.random = random.Random(seed)
         self.calls = []  # (candidate, live values) per start
+        self.decided = []  # per start that ran: the rounds after which decide was asked
 
     def __call__(self, number, candidate, mapping, decide, deadline, live_values):
         self.calls.append((candidate, live_values))
+        self.decided.append([])  # index: the start's number
         if self.crash(candidate):
             return TrialOutcome("failed", failure="the engine did not start: serve exited with 3")
         effect = self.random.lognormvariate(0, self.start_noise)
         runs = []
+        values = live_values or (None,)
         for round_index in range(100):
-            for value in live_values or (None,):
+            # A B B A, as trial._rounds orders them.
+            order = values if round_index % 2 == 0 else tuple(reversed(values))
+            for value in order:
                 setting = {**candidate, CAP: value} if value is not None else candidate
                 throughput = (
                     self.model(setting) * effect * self.random.lognormvariate(0, self.noise)
                 )
                 runs.append(figures(throughput, live_value=value, round=round_index))
-            verdict = decide(runs)
+            if (round_index + 1) % 2:
+                continue  # a half block: the decider is asked after whole blocks only
+            self.decided[-1].append(round_index + 1)
+            verdict = decide(list(runs))
+            assert verdict in (CONTINUE, STOP, PRUNE), verdict
             if verdict == PRUNE:
                 return TrialOutcome("pruned", runs=runs, kv_pool_tokens=1000, wall_s=1)
-            if verdict != CONTINUE:
+            if verdict == STOP:
                 return TrialOutcome("measured", runs=runs, kv_pool_tokens=1000, wall_s=1)
         raise AssertionError("the decider never stopped")
 
@@ -92,24 +103,77 @@ def test_the_search_finds_the_models_optimum(tmp_path):
     assert all(live == (64, 256, 1024) for _, live in executor.calls)
     combos = {(c["tuning.cuda_graph"], c["tuning.attention_backend"]) for c, _ in executor.calls}
     assert combos == {(True, None), (False, None), (False, "triton"), (True, "triton")}
-    assert len(executor.calls) <= 10  # the first pass and the starts that decide it
+    # The first pass, the starts that decide it and the winner's confirming start.
+    assert len(executor.calls) <= 10
+    assert executor.calls[-1][0] == run.best.candidate
+    assert records[-1].verdict == "the confirming start of the best"
+    assert run.confirmed is True
 
 
-def test_a_gain_seen_in_one_start_is_started_again_before_it_wins(tmp_path):
-    """Graphs off is 11 % better: promoted only after a second start of each side, the
-    best's latest start after the candidate's first (the start effect is bracketed)."""
-    model = lambda c: 5000.0 * (1.11 if not c["tuning.cuda_graph"] else 1.0)  # noqa: E731
+def graphs_off(gain):
+    return lambda c: 5000.0 * (gain if not c["tuning.cuda_graph"] else 1.0)
+
+
+def graphs_search(tmp_path, executor):
     space = Space([Knob("tuning.cuda_graph", (True, False))], "test")
-    executor = Executor(model)
-    run = Search(space, {}, {"tuning.cuda_graph": True}, SearchSettings(), tmp_path, executor)
+    return Search(space, {}, {"tuning.cuda_graph": True}, SearchSettings(), tmp_path, executor)
+
+
+def test_a_clear_restart_gain_wins_after_one_start_each_and_is_confirmed(tmp_path):
+    """Graphs off is 30 % better: the screen promotes it after one start of each side, and
+    the winner's fresh start confirms it before it is written out."""
+    executor = Executor(graphs_off(1.3))
+    run = graphs_search(tmp_path, executor)
     run.run()
-    order = [c["tuning.cuda_graph"] for c, _ in executor.calls]
+    assert [c["tuning.cuda_graph"] for c, _ in executor.calls] == [True, False, False]
     assert run.best.candidate == {"tuning.cuda_graph": False}
-    won = order.index(False)
-    assert order.count(False) >= 2 and True in order[won + 1 :]  # bracketed, replicated
     promoted = next(r for r in run.records if r.became_best and r.number > 0)
     assert promoted.verdict.startswith("better")
-    assert "start(s)" in promoted.verdict
+    assert "over 1 and 1 start(s)" in promoted.verdict
+    confirming = run.records[-1]
+    assert confirming.start == 2 and confirming.verdict == "the confirming start of the best"
+    assert run.confirmed is True
+    assert run.confirmation.startswith("confirmed by a fresh start (start 2)")
+
+
+def test_a_winner_its_confirming_start_does_not_bear_out_is_not_confirmed(tmp_path):
+    """The screen's winner whose fresh start measures no better than the start: the pick
+    stands, but it is not confirmed (so no overlay is written)."""
+
+    def model(candidate):  # graphs off is 30 % better in its first start only
+        screened = len(executor.calls) < 3
+        return 5000.0 * (1.3 if not candidate["tuning.cuda_graph"] and screened else 1.0)
+
+    executor = Executor(model)
+    run = graphs_search(tmp_path, executor)
+    run.run()
+    assert len(executor.calls) == 3  # the start, the candidate, its confirming start
+    assert run.best.candidate == {"tuning.cuda_graph": False}
+    assert run.confirmed is False
+    assert run.confirmation.startswith("not confirmed")
+
+
+def test_an_undecided_candidate_gets_another_start(tmp_path):
+    """Graphs off is 11 % better: one start each leaves it undecided, so the candidate is
+    started again; after an incumbent's start no look is taken, the candidate's start comes
+    next; it wins on a look after one of its own starts, and is confirmed."""
+    executor = Executor(graphs_off(1.11))
+    run = graphs_search(tmp_path, executor)
+    run.run()
+    order = [c["tuning.cuda_graph"] for c, _ in executor.calls]
+    assert order[:3] == [True, False, False]
+    first = run.records[1]
+    assert first.verdict.startswith("undecided")
+    assert first.verdict.endswith("another start of the candidate asked for")
+    # No look right after an incumbent's start: the candidate's start follows every one.
+    again = [i for i, graphs in enumerate(order) if graphs and i > 0]
+    assert again and all(not order[i + 1] for i in again)
+    assert any("not a look: the incumbent's start" in r.verdict for r in run.records)
+    assert run.best.candidate == {"tuning.cuda_graph": False}
+    promoted = next(r for r in run.records if r.became_best and r.number > 0)
+    assert promoted.verdict.startswith("better") and promoted.start > 1
+    assert not order[promoted.start]  # decided after one of the candidate's starts
+    assert run.confirmed is True and not order[-1]
 
 
 def test_noise_alone_promotes_nothing(tmp_path):
@@ -121,6 +185,7 @@ def test_noise_alone_promotes_nothing(tmp_path):
     judged = [r for r in records[1:] if r.status == "measured" and r.verdict != ANOTHER_START]
     assert judged
     assert not any(k.startswith("better") for k in kinds(judged)), kinds(judged)
+    assert run.confirmed is None  # the start stayed best: nothing to confirm
 
 
 def test_live_values_are_judged_by_paired_windows(tmp_path):
@@ -131,6 +196,10 @@ def test_live_values_are_judged_by_paired_windows(tmp_path):
         if r.start == 0 and r.candidate[CAP] != START[CAP] and r.status == "measured"
     ]  # fmt: skip
     assert cap_records and all("paired window" in r.verdict for r in cap_records)
+    # Only whole A B B A blocks count: an even number of pairs, look k = pairs / 2.
+    for record in cap_records:
+        pairs = int(record.verdict.split(" over ")[1].split(" paired")[0])
+        assert pairs % 2 == 0 and f"look {pairs // 2}" in record.verdict
     # 256 and 1024 are 4x and 8x over 64: decided within the first start.
     assert any(r.became_best and r.start == 0 and r.candidate[CAP] == 1024 for r in run.records)
 
@@ -145,22 +214,36 @@ def test_a_crashing_candidate_is_recorded_and_skipped(tmp_path):
     assert run.best.candidate[CAP] == 1024
 
 
-def test_a_hopeless_start_is_pruned_after_one_round(tmp_path):
+def test_a_hopeless_start_is_stopped_after_its_first_block(tmp_path):
     model = lambda c: 100.0 if c["tuning.attention_backend"] == "triton" else 5000.0  # noqa: E731
-    records = search(tmp_path, Executor(model)).run()
+    executor = Executor(model)
+    records = search(tmp_path, executor).run()
     pruned = [r for r in records if r.status == "pruned"]
-    assert pruned and all(len(r.samples) == 1 for r in pruned)
+    # One A B B A block (two rounds): one window per round of each live value.
+    assert pruned and all(len(r.samples) == 2 for r in pruned)
     assert {r.candidate[CAP] for r in pruned} == {64, 256, 1024}  # one record per live value
+    assert all(r.verdict.startswith("stopped early, clearly behind the best: worse:")
+               for r in pruned)  # fmt: skip
+    for start in {r.start for r in pruned}:
+        assert executor.decided[start] == [2]  # asked once, after the first block
 
 
-def test_a_pruned_start_is_tried_again_when_starts_spread_wider_than_the_margin(tmp_path):
+def test_a_start_clearly_behind_is_stopped_early_by_the_start_model(tmp_path):
+    """Triton is 40 % slower; with --prune-below off, the start model alone stops its starts
+    after the first block, records why, and does not start them again."""
     model = lambda c: 3000.0 if c["tuning.attention_backend"] == "triton" else 5000.0  # noqa: E731
-    executor = Executor(model, start_noise=0.4, seed=2)
-    run = search(tmp_path, executor, prune_below=0.7)
-    run.run()
-    triton = [c for c, _ in executor.calls if c["tuning.attention_backend"] == "triton"]
-    if any(r.status == "pruned" for r in run.records) and run._start_spread() * 2 > 0.3:
-        assert len(triton) >= 2
+    executor = Executor(model)
+    run = search(tmp_path, executor, prune_below=0)
+    records = run.run()
+    triton = [r for r in records if r.candidate["tuning.attention_backend"] == "triton"]
+    assert triton and all(r.status == "pruned" for r in triton)
+    assert all(r.verdict.startswith("stopped early, clearly behind the best: worse:")
+               and "start(s)" in r.verdict for r in triton)  # fmt: skip
+    assert all(len(r.samples) == 2 for r in triton)
+    started = [c["tuning.cuda_graph"] for c, _ in executor.calls
+               if c["tuning.attention_backend"] == "triton"]  # fmt: skip
+    assert sorted(started) == [False, True]  # each combination started once
+    assert run.best.candidate["tuning.attention_backend"] is None
 
 
 def test_a_stopped_study_resumes_where_it_stopped(tmp_path):
@@ -170,8 +253,12 @@ def test_a_stopped_study_resumes_where_it_stopped(tmp_path):
     executor = Executor(capped)
     second = search(tmp_path, executor)
     assert second.replay() == 6 and second.trials_run() == 2  # 2 starts, 3 caps each
+    assert second.records[0].verdict == "the start" and second.best.candidate[CAP] == 1024
     second.run()
-    assert START not in [c for c, _ in executor.calls]  # the start is not measured again
+    # The first pass goes on where it stopped: the start is not measured again.
+    assert executor.calls[0][0] == {CAP: 1024, "tuning.cuda_graph": False,
+                                    "tuning.attention_backend": None}  # fmt: skip
+    assert second.records[6].start == 2  # the starts' numbering continues
     assert second.best.candidate[CAP] == 1024
 
 
@@ -184,6 +271,8 @@ def test_a_plan_refusal_is_recorded_without_running(tmp_path):
     records = run.run()
     refused = [r for r in records if r.status == "refused"]
     assert refused and refused[0].verdict.startswith("refused by the launch plan")
+    assert all(r.start is None for r in refused)  # a refusal costs no engine start
+    assert len(executor.calls) == len({r.start for r in records if r.start is not None})
     assert all(c["tuning.attention_backend"] is None for c, _ in executor.calls)
 
 
@@ -193,3 +282,5 @@ def test_candidates_over_the_latency_limit_cannot_win(tmp_path, limit):
     run.run()
     # every run has TTFT p99 100 ms: nothing is within the limit, the start stays best
     assert run.best.number == 0
+    others = [r for r in run.records[1:] if r.verdict != ANOTHER_START]
+    assert others and all(r.verdict.startswith("over the latency limits") for r in others)

@@ -14,8 +14,9 @@ import pytest
 import yaml
 
 from glm5svc.cli import main
+from glm5svc.config_yaml import parse_yaml
 from glm5svc.errors import EXIT_CONFIG, ConfigError
-from glm5svc.tune.apply import apply_tune, read_overlay
+from glm5svc.tune.apply import apply_tune, edited_text, read_overlay
 from glm5svc.tune.outputs import checked_summary as read_summary
 from glm5svc.tune.session import read_study
 from tests.corpus.test_corpus import fill
@@ -161,3 +162,33 @@ def test_a_summary_from_somewhere_else_is_refused(tmp_path, capsys, summary, sai
 def test_overlay_reader_accepts_what_tune_writes(tmp_path):
     folder = run_dir(tmp_path, "server: {extra_args: [--chunked-prefill-size, '4096']}\n")
     assert read_overlay(folder) == {"server": {"extra_args": ["--chunked-prefill-size", "4096"]}}
+
+
+def test_apply_writes_a_json_style_configuration_as_block_yaml_one_key_a_line():
+    mapping = {
+        "model": {"path": "/models/m"},
+        "server": {"host": "127.0.0.1", "command": ["python", "engine.py", "--test-mode"]},
+        "service": {"listen_port": 30001, "results_dir": "/var/lib/glm5"},
+    }
+    text = json.dumps(mapping, indent=2) + "\n"
+    merged = {**mapping, "tuning": {"max_running_requests": 64}}
+    written = edited_text(text, merged, "# Tuned by `glm5svc tune apply run`\n")
+    assert parse_yaml(written, "glm5.yaml").data == merged
+    lines = written.splitlines()
+    assert max(map(len, lines)) < 60 and "  max_running_requests: 64" in lines
+    assert "server:" in lines and "    - engine.py" in lines  # block style, unquoted
+
+
+@pytest.mark.timeout(60)  # sqlite opening the FIFO would block until then
+def test_a_fifo_as_study_db_is_refused_before_sqlite_opens_it(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "tune.json").write_text(
+        json.dumps({"workload": {}, "settings": {}, "space": {}, "start": {}})
+    )
+    os.mkfifo(run_dir / "study.db")
+    config = tmp_path / "glm5.yaml"
+    config.write_text("{}\n")
+    assert main(["--config", str(config), "tune", "run", "--resume", str(run_dir)]) == EXIT_CONFIG
+    said = capsys.readouterr().err
+    assert f"study.db: {run_dir / 'study.db'}: it is a FIFO" in said

@@ -81,6 +81,24 @@ def test_caches_make_the_second_start_faster_and_a_redirected_tune_says_so(
     so_far = json.loads(running.stdout)
     assert so_far["running"] is True and len(so_far["trials"]) == 2
 
+    # A resume searches what its run directory saved (the space, the workload, the settings):
+    # no --space needed, the trials from before counted; a contradicting flag is refused.
+    again = glm5svc(config, "tune", "run", "--resume", str(run_dir), "--max-trials", "2")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "begin: 2 trial(s) from before" in again.stderr
+    changed = glm5svc(config, "tune", "run", "--resume", str(run_dir), "--space", str(space),
+                      "--concurrency", "64")  # fmt: skip
+    assert changed.returncode == 78
+    assert f"--concurrency 64: this run saved 32 ({run_dir / 'tune.json'})" in changed.stderr
+    assert "--space" not in changed.stderr.split("invalid options", 1)[1]  # the same space
+    data = yaml.safe_load(config.read_text())
+    data["server"]["extra_args"] = ["--page-size", "2"]  # a searched setting, changed
+    config.write_text(yaml.safe_dump(data))
+    moved = glm5svc(config, "tune", "run", "--resume", str(run_dir))
+    assert moved.returncode == 78
+    assert "--page-size: this study started from None" in moved.stderr
+    assert "the configuration has 2" in moved.stderr
+
 
 def test_a_timeout_is_tried_again_and_nothing_measured_is_not_ok(
     tmp_path, bench_python, tokenizer_dir

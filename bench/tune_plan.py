@@ -1,0 +1,75 @@
+"""The tune's plan (glm5svc/tune/estimate.py, the model `tune run --plan` prints) for the
+real target and for the H200 testbed, from their figures.
+
+- GLM-5-NVFP4 on 8x RTX PRO 6000 (SM120): the default space (glm5svc/data/tune-space.yaml,
+  SM120 values, a MoE model) at concurrency 256, the configuration's 300 s windows and
+  30 min warm-up bound, about 430 GB of weights read at `--disk-read-gbps` (2 GB/s here)
+  with the container's default 256 GiB memory limit (the page cache cannot keep them),
+  FlashInfer's MoE autotune without its cache file, over one night of 8 hours.
+- The H200 testbed of the GPU lab (lab/gpu/tune_scenario.py): two caps live, CUDA graphs
+  on/off, 5 s windows, 2 s settle, 30 s warm-up bound, dummy weights, the budget the device
+  run gave; the recorded run's wall time beside it (docs/performance-tune.md).
+
+    .venv/bin/python bench/tune_plan.py [--short]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from glm5svc.tune.estimate import GB, GIB, EstimateInputs, KnobCount, estimate  # noqa: E402
+
+GLM5 = EstimateInputs(
+    knobs=(
+        KnobCount("tuning.max_running_requests", 2, restart=False),  # 64; 256+ alike at 256
+        KnobCount("tuning.cuda_graph", 2),
+        KnobCount("tuning.moe_runner_backend", 3),
+        KnobCount("tuning.attention_backend", 2),
+        KnobCount("tuning.chunked_prefill_size", 3),
+        KnobCount("tuning.mem_fraction_static", 3),
+    ),
+    budget_s=8 * 3600,
+    window_s=300,
+    repeats=2,
+    weights_bytes=int(430 * GB),
+    disk_read_bps=2 * GB,
+    memory_limit_bytes=256 * GIB,
+    moe_autotune=True,
+    settle_s=4,
+    warmup_max_s=1800,
+)
+H200 = EstimateInputs(
+    knobs=(
+        KnobCount("tuning.max_running_requests", 2, restart=False),
+        KnobCount("tuning.cuda_graph", 2),
+    ),
+    budget_s=534,
+    window_s=5,
+    repeats=2,
+    settle_s=2,
+    warmup_max_s=30,
+)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--short", action="store_true", help="the same (it is instant)")
+    parser.parse_args()
+    for name, inputs in (("GLM-5-NVFP4, 8x RTX PRO 6000, one night", GLM5),
+                         ("the H200 testbed", H200)):  # fmt: skip
+        plan = estimate(inputs)
+        print(f"== {name}")
+        for line in plan.lines():
+            print(line)
+        kept = ", ".join(plan.kept)
+        print(f"searched: {kept}; total {plan.total_s:,.0f} s of a {plan.budget_s:,.0f} s budget")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

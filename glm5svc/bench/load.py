@@ -1,0 +1,167 @@
+"""One continuous load per engine start: the target concurrency held from READY to the
+start's last window, so that windows are read from the engine's counters while it runs.
+
+A bench_serving process per window pays its imports, its prompt generation, a ramp up
+and a ramp down every time (on the H200 testbed four 10 s windows took about 190 s of wall
+time). Here `concurrency` workers each keep one request in the engine: a request ends, the
+worker sends the next. Nothing is prepared ahead: each prompt is drawn when it is sent.
+
+The prompts are independent random token ids (sglang's native `/generate` with
+`input_ids`), so two prompts share a prefix of k tokens with probability vocab**-k: the
+radix cache finds nothing to reuse however long the load runs. bench_serving's random-ids
+prompts are consecutive ids from a random start, so two with the same start collide whole
+(0.4-1.9 % of prompt tokens cached per window on the testbed). Lengths are drawn per
+request, uniformly in [ratio x length, length] for input and output alike (`range_ratio`,
+bench_serving's --random-range-ratio: with a fixed length, the requests of a start move
+in waves), or in turn from a recorded workload's lengths (benchmark.request_file).
+Every answer is awaited whole (`ignore_eos`, no streaming): the figures come from the
+engine's counters, so the client parses one JSON object per request and nothing more.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import random
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+REQUEST_TIMEOUT_S = 600.0  # one request; a longer one is an engine that stopped answering
+RETRY_PAUSE_S = 0.5  # after a failed request, before the worker's next
+ERRORS_KEPT = 5
+
+
+@dataclass(frozen=True)
+class LoadShape:
+    """What each request of the load looks like."""
+
+    concurrency: int
+    input_len: int
+    output_len: int
+    range_ratio: float = 0.5  # lengths uniform in [ratio x len, len]; 1.0: fixed
+    vocab_size: int = 32_000
+    lengths: Sequence[tuple[int, int]] = ()  # a recorded workload's (input, output), in turn
+
+    def describe(self) -> str:
+        if self.lengths:
+            return f"{len(self.lengths)} recorded request lengths, in turn"
+        if self.range_ratio >= 1.0:
+            return f"{self.input_len} in / {self.output_len} out, fixed"
+        return (
+            f"input uniform in [{_low(self.input_len, self.range_ratio)}, {self.input_len}], "
+            f"output in [{_low(self.output_len, self.range_ratio)}, {self.output_len}] tokens"
+        )
+
+
+def _low(length: int, ratio: float) -> int:
+    return max(1, int(length * ratio))
+
+
+@dataclass
+class LoadCounts:
+    sent: int = 0
+    completed: int = 0
+    failed: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+class ContinuousLoad:
+    """`shape.concurrency` workers against `base_url`'s /generate, from start() to stop()."""
+
+    def __init__(self, base_url: str, headers: dict[str, str], shape: LoadShape, seed: int):
+        parts = urlsplit(base_url)
+        self.host, self.port = parts.hostname or "127.0.0.1", parts.port or 80
+        self.headers = {"Content-Type": "application/json", **headers}
+        self.shape = shape
+        self.seed = seed
+        self.counts = LoadCounts()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._next_length = 0
+        self._workers = [
+            threading.Thread(target=self._work, args=(i,), name=f"load-{i}", daemon=True)
+            for i in range(shape.concurrency)
+        ]
+        self.started_at: float | None = None
+
+    def start(self) -> None:
+        self.started_at = time.monotonic()
+        for worker in self._workers:
+            worker.start()
+
+    def stop(self, timeout_s: float = 5.0) -> LoadCounts:
+        """No new requests; those in flight are left to the engine's drain (a worker
+        blocked on its answer ends with the process: the threads are daemons)."""
+        self._stop.set()
+        deadline = time.monotonic() + timeout_s
+        for worker in self._workers:
+            if worker.is_alive():
+                worker.join(max(0.0, deadline - time.monotonic()))
+        return self.counts
+
+    @property
+    def running(self) -> bool:
+        return self.started_at is not None and not self._stop.is_set()
+
+    def _lengths(self, rng: random.Random) -> tuple[int, int]:
+        shape = self.shape
+        if shape.lengths:
+            with self._lock:
+                index = self._next_length
+                self._next_length += 1
+            return shape.lengths[index % len(shape.lengths)]
+        if shape.range_ratio >= 1.0:
+            return shape.input_len, shape.output_len
+        return (
+            rng.randint(_low(shape.input_len, shape.range_ratio), shape.input_len),
+            rng.randint(_low(shape.output_len, shape.range_ratio), shape.output_len),
+        )
+
+    def _body(self, rng: random.Random) -> bytes:
+        input_len, output_len = self._lengths(rng)
+        ids = [rng.randrange(self.shape.vocab_size) for _ in range(input_len)]
+        return json.dumps(
+            {
+                "input_ids": ids,
+                "sampling_params": {
+                    "max_new_tokens": output_len,
+                    "ignore_eos": True,
+                    "temperature": 0.0,
+                },
+                "stream": False,
+            }
+        ).encode()
+
+    def _work(self, index: int) -> None:
+        rng = random.Random(f"{self.seed}/{index}")
+        connection: http.client.HTTPConnection | None = None
+        while not self._stop.is_set():
+            body = self._body(rng)
+            with self._lock:
+                self.counts.sent += 1
+            try:
+                if connection is None:
+                    connection = http.client.HTTPConnection(
+                        self.host, self.port, timeout=REQUEST_TIMEOUT_S
+                    )
+                connection.request("POST", "/generate", body=body, headers=self.headers)
+                response = connection.getresponse()
+                answer = response.read()
+                if response.status != 200:
+                    raise OSError(f"HTTP {response.status}: {answer[:120]!r}")
+                with self._lock:
+                    self.counts.completed += 1
+            except (OSError, http.client.HTTPException) as exc:
+                if connection is not None:
+                    connection.close()
+                connection = None
+                with self._lock:
+                    self.counts.failed += 1
+                    if len(self.counts.errors) < ERRORS_KEPT:
+                        self.counts.errors.append(str(exc) or type(exc).__name__)
+                self._stop.wait(RETRY_PAUSE_S)
+        if connection is not None:
+            connection.close()
