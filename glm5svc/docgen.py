@@ -1,6 +1,7 @@
 """The files generated from one source each: the example configuration and the configuration
 reference from the config model (glm5svc/config.py: keys, defaults, ranges, descriptions),
-the CLI reference from the command parsers (glm5svc/cli.py, glm5svc/cli_options.py), and
+the CLI reference from the command parsers (glm5svc/cli.py, glm5svc/cli_options.py), the
+metric reference from the /metrics collectors (glm5svc/metrics_catalog.py), and
 docs/reliability.md's table of paths from glm5svc/paths.py (each kind of path laid out in
 a temporary folder and judged by each option's rule).
 
@@ -28,6 +29,7 @@ from glm5svc.atomic_file import write_atomic
 from glm5svc.cli import COMMAND_MODULES, PARSER_COMMANDS, build_parser
 from glm5svc.cli_options import Number, config_number, subparsers_of
 from glm5svc.config import Config, example_config_path
+from glm5svc.metrics_catalog import table as metrics_table
 
 REPO = Path(__file__).resolve().parent.parent
 WIDTH = 92
@@ -205,6 +207,28 @@ def _option_row(action: argparse.Action) -> str:
     return f"| `{flags}` | {what} |"
 
 
+def metrics_reference() -> str:
+    """docs/metrics.md: every family the service's /metrics can serve."""
+    lines = [
+        "# Metrics the service serves",
+        "",
+        f"<!-- {GENERATED.format(source='the collectors, glm5svc/metrics_catalog.py')} -->",
+        "",
+        "Every family `glm5svc serve`'s listener serves on `/metrics` (`service.listen_host`,",
+        "`service.listen_port`). A family with no sample is left out: `glm5svc_startup_seconds`",
+        "until the first READY, `glm5svc_load_progress_ratio` while no load progress is known,",
+        "`glm5svc_bench_*` until a post-start benchmark finished, `glm5svc_gpu_*` and",
+        "`glm5svc_telemetry_sample_age_seconds` without NVML (`telemetry.enabled: false` leaves",
+        "out every GPU family and `glm5svc_telemetry_up`); a GPU reading the driver does not give",
+        "is left out for that GPU. `gpu` is NVML's index and `UUID` the GPU's UUID, DCGM",
+        "exporter's labels, so its dashboards join. The engine's own `sglang:` families, the",
+        "dashboard and the alerts: [observability.md](observability.md).",
+        "",
+        *metrics_table(),
+    ]
+    return "\n".join(lines) + "\n"
+
+
 # (what is at the path, how to lay it out under a folder): every kind paths.classify tells.
 PATH_SAMPLES = (
     ("a regular file", "file"),
@@ -274,6 +298,7 @@ def generated_files() -> dict[Path, str]:
         example_config_path(): example_config(),
         REPO / "docs" / "configuration.md": configuration_reference(),
         REPO / "docs" / "cli.md": cli_reference(),
+        REPO / "docs" / "metrics.md": metrics_reference(),
         REPO / "docs" / "reliability.md": reliability_doc(),
     }
 

@@ -47,6 +47,7 @@ APT_PACKAGES=(
   systemd                                                  # systemd-analyze verify
   lxc systemd-container mmdebstrap zstd                    # real Debian targets for Molecule
   gnupg apt-utils dpkg-dev                                 # the signed stand-in apt repository
+  prometheus                                               # promtool and a real Prometheus (tests/monitoring)
 )
 
 missing=()

@@ -315,9 +315,11 @@ def metric_families(texts: list[str]) -> dict[str, dict]:
                 families.setdefault(name, {"meta": set(), "keys": set(), "values": {}})
                 families[name]["meta"].add(line)
             elif found := SAMPLE.match(line):
-                family = families.setdefault(
-                    found.group(1), {"meta": set(), "keys": set(), "values": {}}
-                )
+                name = found.group(1)
+                base = re.sub(r"_(bucket|sum|count)$", "", name)
+                if base != name and base in families:  # a histogram's series
+                    name = base
+                family = families.setdefault(name, {"meta": set(), "keys": set(), "values": {}})
                 labels = dict(re.findall(r'(\w+)="([^"]*)"', found.group(2)))
                 family["keys"].add(tuple(labels))
                 for key, value in labels.items():
@@ -340,7 +342,12 @@ def test_test_engine_metrics_match_real_ones_in_help_type_and_labels(tmp_path):
     finally:
         handle.stop()
     real = metric_families([path.read_text() for path in REAL_METRICS])
-    assert {"sglang:cached_tokens_total", "sglang:realtime_tokens_total"} <= set(served)
+    assert {
+        "sglang:cached_tokens_total",
+        "sglang:realtime_tokens_total",
+        "sglang:time_to_first_token_seconds",
+        "sglang:inter_token_latency_seconds",
+    } <= set(served)
     assert served["sglang:realtime_tokens_total"]["values"]["mode"] == {
         "prefill_compute", "prefill_cache", "decode"
     }  # fmt: skip

@@ -1,0 +1,198 @@
+"""A real Prometheus (Debian's `prometheus` package) on loopback, and its HTTP API.
+
+For tests/monitoring and testkit/dashboard_render.py: a private config, data directory and
+port (never the packaged daemon's 9090 or /var/lib/prometheus), short scrape and rule
+intervals, and the scrape jobs docs/observability.md gives an operator (`scrape_jobs`).
+
+    python -m testkit.prometheus targets URL [--wait S]   # scripts/lab up --monitoring
+
+prints a running Prometheus' targets and exits 1 unless every one is up within S seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import time
+import urllib.parse
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from glm5svc.http_fetch import FetchError, fetch_bytes
+from testkit.engine import free_port
+from testkit.timing import scaled
+
+REPO = Path(__file__).resolve().parents[1]
+MONITORING = REPO / "glm5svc" / "data" / "monitoring"
+RULES = MONITORING / "glm5svc-rules.yml"
+DASHBOARD = MONITORING / "glm5svc-dashboard.json"
+# `instance` is the target's host, without the port, in both jobs: the rules join on it.
+INSTANCE_RELABEL = {
+    "source_labels": ["__address__"],
+    "regex": "(.+):[0-9]+",
+    "target_label": "instance",
+    "replacement": "$1",
+}
+
+
+def binary(name: str) -> str:
+    """The path of `prometheus` or `promtool`, or an error naming the package to install."""
+    found = shutil.which(name) or shutil.which(name, path="/usr/bin:/usr/sbin")
+    if found is None:
+        raise RuntimeError(
+            f"{name} not found: install Debian's prometheus package "
+            "(`apt-get install prometheus`; scripts/setup-dev.sh does as root)"
+        )
+    return found
+
+
+def scrape_jobs(listeners: list[str], engines: list[str]) -> list[dict]:
+    """The two scrape jobs: glm5svc's listeners and the engines, as host:port targets."""
+    return [
+        {
+            "job_name": job,
+            "metrics_path": "/metrics",
+            "static_configs": [{"targets": targets}],
+            "relabel_configs": [dict(INSTANCE_RELABEL)],
+        }
+        for job, targets in (("glm5svc", listeners), ("sglang", engines))
+    ]
+
+
+def wait_for(condition: Callable[[], Any], timeout_s: float, what: str, poll_s: float = 0.2):
+    """Poll `condition` until it returns something true; that value, or AssertionError."""
+    deadline = time.monotonic() + scaled(timeout_s)
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {scaled(timeout_s):.0f} s waiting for {what}")
+        time.sleep(poll_s)
+
+
+class Prometheus:
+    """`prometheus` with its own config, rules, data directory and loopback port."""
+
+    def __init__(self, workdir: Path, jobs: list[dict], rule_files: list[Path], interval_s=1):
+        self.workdir = workdir
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.config = workdir / "prometheus.yml"
+        interval = f"{interval_s}s"
+        self.config.write_text(
+            yaml.safe_dump(
+                {
+                    "global": {"scrape_interval": interval, "evaluation_interval": interval},
+                    "rule_files": [str(path) for path in rule_files],
+                    "scrape_configs": jobs,
+                },
+                sort_keys=False,
+            )
+        )
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> Prometheus:
+        log = open(self.workdir / "prometheus.log", "wb")  # noqa: SIM115 - the child's
+        self.proc = subprocess.Popen(
+            [
+                binary("prometheus"),
+                f"--config.file={self.config}",
+                f"--storage.tsdb.path={self.workdir / 'data'}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+                "--log.level=warn",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+        log.close()
+        wait_for(self._ready, 30, "Prometheus to answer /-/ready")
+        return self
+
+    def _ready(self) -> bool:
+        if self.proc.poll() is not None:
+            log = (self.workdir / "prometheus.log").read_text(errors="replace")
+            raise RuntimeError(f"prometheus exited with {self.proc.returncode}: {log[-2000:]}")
+        try:
+            return fetch_bytes(self.url + "/-/ready", timeout_s=2)[0] == 200
+        except FetchError:
+            return False
+
+    def api(self, path: str, **params) -> Any:
+        query = f"?{urllib.parse.urlencode(params)}" if params else ""
+        status, body = fetch_bytes(f"{self.url}/api/v1/{path}{query}", timeout_s=10)[:2]
+        answer = json.loads(body)
+        if answer.get("status") != "success":
+            raise AssertionError(f"Prometheus /api/v1/{path} {params}: {answer}")
+        return answer["data"]
+
+    def query(self, expr: str, at: float | None = None) -> list[dict]:
+        """The instant vector `expr` gives now (or at unix time `at`)."""
+        params = {"query": expr} if at is None else {"query": expr, "time": at}
+        return self.api("query", **params)["result"]
+
+    def query_range(self, expr: str, start: float, end: float, step_s: float) -> list[dict]:
+        """The range vector `expr` gives from `start` to `end` (unix seconds)."""
+        return self.api("query_range", query=expr, start=start, end=end, step=step_s)["result"]
+
+    def label_values(self, label: str, match: str) -> list[str]:
+        """What Grafana's label_values(match, label) lists."""
+        return self.api(f"label/{label}/values", **{"match[]": match})
+
+    def alerts(self, name: str) -> list[dict]:
+        return [a for a in self.api("alerts")["alerts"] if a["labels"]["alertname"] == name]
+
+    def targets(self) -> list[dict]:
+        return self.api("targets")["activeTargets"]
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def targets_at(url: str) -> list[dict]:
+    """The active targets of the Prometheus at `url`, [] while it does not answer."""
+    try:
+        body = fetch_bytes(f"{url}/api/v1/targets", timeout_s=5)[1]
+    except FetchError:
+        return []
+    return json.loads(body)["data"]["activeTargets"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m testkit.prometheus")
+    parser.add_argument("what", choices=["targets"])
+    parser.add_argument("url", help="the Prometheus, e.g. http://127.0.0.1:9230")
+    parser.add_argument("--wait", type=float, default=60.0, help="seconds to wait for all up")
+    args = parser.parse_args(argv)
+    deadline = time.monotonic() + args.wait
+    while True:
+        targets = targets_at(args.url)
+        if (targets and all(t["health"] == "up" for t in targets)) or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    for target in targets:
+        job, instance = target["labels"].get("job", "?"), target["labels"].get("instance", "?")
+        error = target.get("lastError", "")
+        print(f"{job:10} {instance:20} {target['scrapeUrl']:45} {target['health']:8} {error}")
+    if not targets or any(t["health"] != "up" for t in targets):
+        print(f"{args.url}: not every target is up after {args.wait:.0f} s", file=sys.stderr)
+        return 1
+    print(f"{args.url}: {len(targets)} targets, every one up")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
