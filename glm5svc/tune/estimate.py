@@ -70,6 +70,7 @@ class EstimateInputs:
     warmup_max_s: float | None = None  # benchmark.warmup_max_s; None: WARMUP_WINDOWS always
     stand_in: str | None = None  # the engine is not sglang (server.command): what it is
     confirm: bool = True  # the winner's confirming start
+    max_repeats: int | None = None  # --max-repeats: the first start's rounds stop there
 
 
 @dataclass(frozen=True)
@@ -237,8 +238,11 @@ def estimate(inputs: EstimateInputs) -> Estimate:
         starts = max(0, starts - inputs.done_starts)
         settings = max(0, settings - inputs.done_settings)
         first_rounds = FIRST_START_ROUNDS if inputs.done_starts == 0 else inputs.repeats
-        first = sum(s for _, s in per_start(max(first_rounds, inputs.repeats), knobs))
-        other = sum(s for _, s in per_start(inputs.repeats, knobs))
+        if inputs.max_repeats is not None:
+            first_rounds = min(first_rounds, inputs.max_repeats)
+        # Whole seconds, as the plan prints them: its "first + n x other = total" adds up.
+        first = round(sum(s for _, s in per_start(max(first_rounds, inputs.repeats), knobs)))
+        other = round(sum(s for _, s in per_start(inputs.repeats, knobs)))
         values = live_values(knobs)
         windows = (
             max(first_rounds, inputs.repeats) * values + (starts - 1) * inputs.repeats * values

@@ -175,6 +175,7 @@ def estimate_inputs(
         moe_autotune=autotune,
         autotune_cached=cached,
         settle_s=settings.settle_s,
+        max_repeats=settings.max_repeats,
         warmup_max_s=config.benchmark.warmup_max_s,
         stand_in=stand_in_engine(config),
     )

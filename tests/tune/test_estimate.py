@@ -1,12 +1,22 @@
-"""The tune's estimate, a pure function of its inputs: the first pass's starts and windows,
-what a budget that is too small drops (the least influential knobs, the space's order), the
-memory advice, and a resumed run's measured figures in place of the estimates."""
+"""The tune's estimate, a pure function of its inputs: one cost model for every start (to
+READY, the warm-up, rounds of the live values with their settle, the stop), the first
+start's deciding rounds and the winner's confirming start; what a budget that is too small
+drops (the least influential knobs, the space's order, and only when the screen itself
+does not fit); the memory advice; a stand-in engine never planned with sglang's figures;
+and a resumed run's measured figures in place of the estimates."""
 
 from __future__ import annotations
 
+import re
+
+import pytest
+
 from glm5svc.tune.estimate import (
+    AUTOTUNE_COLD_S,
     ENGINE_HOST_MEMORY_BYTES,
+    FIRST_START_ROUNDS,
     GIB,
+    STAND_IN_START_S,
     STOP_S,
     WARMUP_WINDOWS,
     EstimateInputs,
@@ -35,33 +45,114 @@ GLM5 = EstimateInputs(
     memory_limit_bytes=256 * GIB,
     moe_autotune=True,
 )
+LIVE_CAP = KnobCount("tuning.max_running_requests", 4, restart=False)
+
+
+def with_(inputs: EstimateInputs, **changes) -> EstimateInputs:
+    return EstimateInputs(**{**inputs.__dict__, **changes})
+
+
+def seconds_of(clock: str) -> int:
+    """A printed clock (`45 s`, `3 min 01 s`, `2 h 05 min`) back in seconds."""
+    found = re.fullmatch(r"(?:(\d+) h )?(?:(\d+) min)?(?: ?(\d+) s)?", clock.strip())
+    assert found and any(found.groups()), clock
+    hours, minutes, seconds = (int(g or 0) for g in found.groups())
+    return hours * 3600 + minutes * 60 + seconds
+
+
+def to_the_printed(seconds: int) -> int:
+    """Seconds as precise as the plan prints them: an hour or more, to the minute."""
+    return seconds if seconds < 3600 else seconds // 60 * 60
+
+
+HEAD = re.compile(
+    r"plan: (\d+) engine start\(s\) .*: the first (.+?)(?: \+ (\d+) x (.+?))? = (.+?); "
+    r"the budget is (.+)$"
+)
 
 
 def test_starts_and_windows_of_the_first_pass():
     assert first_pass(GLM5_SPACE) == (12, 12)
-    live_cap = (KnobCount("tuning.max_running_requests", 4, restart=False), *GLM5_SPACE[1:])
+    live_cap = (LIVE_CAP, *GLM5_SPACE[1:])
     assert first_pass(live_cap) == (9, 12)  # the cap's values share the start's engine
     small = EstimateInputs(knobs=GLM5_SPACE[:2], budget_s=10**6, window_s=10, repeats=3,
                            measured_start_s=100)  # fmt: skip
     found = estimate(small)
-    starts, settings = 5, 5
-    windows = starts * WARMUP_WINDOWS + settings * 3
-    assert (found.starts, found.settings, found.windows) == (starts, settings, windows)
-    assert found.total_s == starts * (100 + STOP_S) + windows * 10
+    # The screen's 5 starts and the winner's confirming start; one live value each.
+    starts, settings = 5 + 1, 5
+    warmup = WARMUP_WINDOWS * 10
+    first = 100 + warmup + FIRST_START_ROUNDS * 1 * 10 + STOP_S
+    other = 100 + warmup + 3 * 1 * 10 + STOP_S
+    assert (found.starts, found.settings) == (starts, settings)
+    assert found.windows == FIRST_START_ROUNDS + (starts - 1) * 3
+    assert found.first_start_s == pytest.approx(first)
+    assert found.other_start_s == pytest.approx(other)
+    assert found.total_s == pytest.approx(first + (starts - 1) * other)
+    assert dict(found.parts) == pytest.approx(
+        {
+            "to READY": 100,
+            "warm-up": warmup,
+            "3 round(s) x 1 value(s) x (window + settle)": 30,
+            "stop": STOP_S,
+        }  # fmt: skip
+    )
     assert found.fits and not found.dropped
 
 
+def test_live_values_share_a_start_each_with_its_settle_and_the_warmup_is_bounded():
+    inputs = EstimateInputs(knobs=(LIVE_CAP, GLM5_SPACE[1]), budget_s=10**6, window_s=10,
+                            repeats=2, measured_start_s=100, settle_s=4,
+                            warmup_max_s=30)  # fmt: skip
+    found = estimate(inputs)
+    assert (found.starts, found.settings) == (2 + 1, 5)
+    rounds_first = max(FIRST_START_ROUNDS, 2)
+    first = 100 + 30 + rounds_first * 4 * (10 + 4) + STOP_S  # warm-up: min(6 x 10, 30)
+    other = 100 + 30 + 2 * 4 * (10 + 4) + STOP_S
+    assert found.first_start_s == pytest.approx(first)
+    assert found.other_start_s == pytest.approx(other)
+    assert found.total_s == pytest.approx(first + 2 * other)
+    assert found.windows == rounds_first * 4 + 2 * 2 * 4
+    # More repeats than the first start's deciding rounds: every start measures them.
+    many = estimate(with_(inputs, repeats=FIRST_START_ROUNDS + 2))
+    assert many.first_start_s == pytest.approx(many.other_start_s)
+    # Without a bound the warm-up is its windows.
+    unbounded = estimate(with_(inputs, warmup_max_s=None))
+    assert dict(unbounded.parts)["warm-up"] == WARMUP_WINDOWS * 10
+
+
 def test_a_budget_too_small_drops_the_last_knobs_and_says_why():
+    full = estimate(with_(GLM5, budget_s=10**7))
+    assert full.fits and not full.dropped
     found = estimate(GLM5)
-    assert not estimate(EstimateInputs(**{**GLM5.__dict__, "budget_s": 10**7})).dropped
-    assert found.fits
+    assert found.dropped
     assert [d.knob for d in found.dropped] == [k.name for k in GLM5_SPACE[len(found.kept) :]][::-1]
     assert found.kept[0] == "tuning.max_running_requests"  # the most influential stays
     assert all(d.starts > 0 and d.seconds > 0 for d in found.dropped)
+    # What was dropped is what the plan lost: the totals add up.
+    assert sum(d.starts for d in found.dropped) == full.starts - found.starts
+    assert sum(d.seconds for d in found.dropped) == pytest.approx(full.total_s - found.total_s)
+    # Knobs are dropped until the screen fits, the confirming start left out of that sum.
+    assert found.total_s - found.other_start_s <= GLM5.budget_s
     text = "\n".join(found.lines())
     assert "least influential" in text and found.dropped[0].knob in text
-    hopeless = estimate(EstimateInputs(**{**GLM5.__dict__, "budget_s": 60}))
+    hopeless = estimate(with_(GLM5, budget_s=60))
     assert not hopeless.fits and "raise --budget" in hopeless.lines()[-2]
+    assert hopeless.kept == ("tuning.max_running_requests",)
+
+
+def test_only_a_screen_that_does_not_fit_drops_a_knob_not_the_confirming_start():
+    full = estimate(with_(GLM5, budget_s=10**7))
+    screen = full.total_s - full.other_start_s
+    # Room for the screen but not its confirmation: every knob kept, the risk said.
+    between = estimate(with_(GLM5, budget_s=screen + full.other_start_s / 2))
+    assert not between.dropped and between.kept == full.kept
+    assert not between.fits
+    assert "the confirming start" in between.lines()[-2]
+    assert "the best may stay unconfirmed" in between.lines()[-2]
+    # Exactly the screen fits; a second less drops the last knob.
+    assert not estimate(with_(GLM5, budget_s=screen)).dropped
+    short = estimate(with_(GLM5, budget_s=screen - 1))
+    assert [d.knob for d in short.dropped][0] == GLM5_SPACE[-1].name
 
 
 def test_memory_below_the_weights_is_said_with_the_memory_that_would_keep_them():
@@ -70,9 +161,66 @@ def test_memory_below_the_weights_is_said_with_the_memory_that_would_keep_them()
     needed = -(-(430 * 10**9 + ENGINE_HOST_MEMORY_BYTES) // GIB)
     assert "256 GiB" in warning and f"{needed:,} GiB" in warning
     assert "disk at 3.00 GB/s" in found.start_basis
-    roomy = estimate(EstimateInputs(**{**GLM5.__dict__, "memory_limit_bytes": 1024 * GIB}))
+    roomy = estimate(with_(GLM5, memory_limit_bytes=1024 * GIB))
     assert not roomy.warnings and "page cache" in roomy.start_basis
     assert roomy.start_s < found.start_s
+
+
+def test_a_stand_in_engine_is_never_planned_with_sglang_figures():
+    # The figures of GLM-5 on the target (weights from disk, MoE autotune), but the engine
+    # is a stand-in (server.command): its start is a placeholder until one is measured.
+    stand_in = with_(GLM5, stand_in="a stand-in engine, server.command engine.py")
+    found = estimate(stand_in)
+    assert found.start_s == STAND_IN_START_S
+    assert dict(found.parts)["to READY"] == STAND_IN_START_S
+    for sglang_figure in ("graphs", "autotune", "weights", "process start"):
+        assert sglang_figure not in found.start_basis.lower(), found.start_basis
+    assert "server.command engine.py" in found.start_basis
+    assert "graphs" in estimate(GLM5).start_basis  # the real target's are its parts
+    measured = estimate(with_measurements(stand_in, starts=[7.0], windows=[300.0],
+                                          done_starts=1, done_settings=1))  # fmt: skip
+    assert measured.start_s == 7.0 and "as measured" in measured.start_basis
+
+
+@pytest.mark.parametrize(
+    "inputs",
+    [
+        GLM5,
+        with_(GLM5, budget_s=10**7),
+        with_(GLM5, window_s=7.3, settle_s=3.3, warmup_max_s=40, budget_s=10**7),
+        with_(
+            GLM5,
+            knobs=(LIVE_CAP, *GLM5_SPACE[1:3]),
+            window_s=5,
+            settle_s=4,
+            measured_start_s=80.4,
+            repeats=2,
+            warmup_max_s=30,
+        ),  # fmt: skip
+        with_(GLM5, stand_in="a stand-in engine", window_s=0.5, settle_s=0.25, repeats=2),
+        with_measurements(
+            with_(GLM5, window_s=10.6, settle_s=1.7, budget_s=10**7),
+            starts=[61.3, 70.2],
+            windows=[10.4],
+            done_starts=2,
+            done_settings=2,
+        ),  # fmt: skip
+    ],
+    ids=["glm5-trimmed", "glm5", "fractions", "live-cap", "stand-in", "resumed"],
+)
+def test_the_plan_head_line_adds_up_in_its_printed_clocks(inputs):
+    found = estimate(inputs)
+    head = found.lines()[0]
+    match = HEAD.match(head)
+    assert match, head
+    starts, first, others, other, total, budget = match.groups()
+    assert int(starts) == found.starts
+    assert int(others or 0) == found.starts - 1
+    printed_first, printed_other = seconds_of(first), seconds_of(other) if other else 0
+    assert max(printed_first, printed_other) < 3600  # a start is printed to the second
+    added = printed_first + int(others or 0) * printed_other
+    assert seconds_of(total) == to_the_printed(added), head
+    assert seconds_of(budget) == to_the_printed(int(inputs.budget_s))
 
 
 def test_measured_figures_replace_the_estimates_and_what_is_done_is_not_counted_again():
@@ -80,9 +228,17 @@ def test_measured_figures_replace_the_estimates_and_what_is_done_is_not_counted_
                                 done_starts=2, done_settings=2)  # fmt: skip
     found = estimate(resumed)
     assert found.start_s == 410.0 and found.window_s == 300.0
+    assert dict(found.parts)["to READY"] == 410.0
     assert "as measured" in found.start_basis
-    fresh = estimate(EstimateInputs(**{**GLM5.__dict__, "budget_s": 10**7}))
-    later = estimate(EstimateInputs(**{**resumed.__dict__, "budget_s": 10**7}))
+    fresh = estimate(with_(GLM5, budget_s=10**7))
+    later = estimate(with_(resumed, budget_s=10**7))
     assert later.starts == fresh.starts - 2 and later.settings == fresh.settings - 2
-    cached = estimate(EstimateInputs(**{**GLM5.__dict__, "autotune_cached": True}))
-    assert cached.start_s < estimate(GLM5).start_s
+    # The deciding rounds were the first start's, measured already: the next has repeats.
+    assert later.first_start_s == pytest.approx(later.other_start_s)
+    assert fresh.first_start_s > fresh.other_start_s
+    cached = estimate(with_(GLM5, autotune_cached=True))
+    assert cached.start_s == pytest.approx(estimate(GLM5).start_s - AUTOTUNE_COLD_S)
+    everything = estimate(with_measurements(GLM5, starts=[400.0], windows=[300.0],
+                                            done_starts=99, done_settings=99))  # fmt: skip
+    assert (everything.starts, everything.total_s) == (0, 0)
+    assert everything.lines()[0].startswith("plan: nothing left to measure")

@@ -53,7 +53,8 @@ def test_any_bytes_as_a_space_file_are_a_space_or_a_clear_error(tmp_path_factory
 
 NUMERIC_RUN_OPTIONS = ["--concurrency", "--budget", "--trial-timeout", "--confidence",
                        "--min-repeats", "--max-repeats", "--prune-below", "--seed",
-                       "--ttft-p99-ms", "--max-trials"]  # fmt: skip
+                       "--ttft-p99-ms", "--max-trials", "--settle", "--length-ratio",
+                       "--window"]  # fmt: skip
 
 
 def parse_run(argv: list[str]) -> argparse.Namespace | None:
@@ -75,29 +76,50 @@ def test_the_run_options_are_refused_or_make_a_request(tmp_path_factory, given_o
     if args is None:
         return
     args.config = str(config)
-    for name in ("budget_s", "trial_timeout_s", "ttft_p99_ms"):
+    for name in ("budget_s", "trial_timeout_s", "ttft_p99_ms", "window_s"):
         value = getattr(args, name)
         assert value is None or (math.isfinite(value) and value > 0)
+    assert math.isfinite(args.settle_s) and args.settle_s >= 0
     try:
         request = _request(args)
     except ConfigError as exc:
         assert exc.problems
-        assert args.max_repeats < args.min_repeats
+        for problem in exc.problems:  # repeats out of order, or windows that cannot fit
+            assert "--max-repeats" in problem or "window" in problem, problem
         return
     assert request.workload.concurrency >= 1
     assert 2 <= request.settings.min_repeats <= request.settings.max_repeats
     assert request.settings.confidence in CONFIDENCE_LEVELS
     assert 0 <= request.settings.prune_below < 1
+    assert 0 < request.workload.length_ratio <= 1
+    assert request.settings.settle_s == args.settle_s
 
 
 def test_the_run_defaults_are_the_documented_ones():
     args = parse_run([])
     assert (args.budget_s, args.trial_timeout_s) == (4 * 3600, 3600)
-    assert (args.min_repeats, args.max_repeats, args.confidence) == (3, 8, 0.95)
+    # Rounds of the live values per engine start: the decider looks after every two.
+    assert (args.min_repeats, args.max_repeats, args.confidence) == (2, 16, 0.95)
+    assert (args.settle_s, args.length_ratio, args.window_s) == (4, 0.5, None)
     assert parse_run(["--budget", "90m"]).budget_s == 5400
+    assert parse_run(["--settle", "0"]).settle_s == 0  # no settle is allowed
+    assert parse_run(["--settle", "1m", "--length-ratio", "1"]).settle_s == 60
     for bad in (["--budget", "nan"], ["--min-repeats", "1"], ["--confidence", "0.5"],
-                ["--prune-below", "1"], ["--concurrency", "0"], ["--seed", "-1"]):  # fmt: skip
+                ["--prune-below", "1"], ["--concurrency", "0"], ["--seed", "-1"],
+                ["--settle", "-1"], ["--length-ratio", "0"],
+                ["--length-ratio", "1.5"]):  # fmt: skip
         assert parse_run(bad) is None, bad
+
+
+def test_the_options_of_the_prompt_counted_benchmark_are_gone():
+    """The continuous load has no prompt counts: their options are refused, not ignored."""
+    for gone in (["--num-prompts", "32"], ["--warmup-prompts", "8"]):
+        try:
+            build_parser(only="tune").parse_args(["tune", "run", *gone])
+        except UsageError as exc:
+            assert exc.exit_status == 2 and f"unrecognized arguments: {' '.join(gone)}" in str(exc)
+        else:
+            raise AssertionError(f"{gone} was accepted")
 
 
 @given(st.lists(st.floats(1, 1e6), min_size=2, max_size=10))

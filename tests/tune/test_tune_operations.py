@@ -1,12 +1,15 @@
-"""A tune one can plan, watch and trust, on the test engine: the plan before the run, the
-caches that make a second start faster (broken down from the engine's log and kept), the
-progress lines of a redirected tune, `tune show` while it runs, a failure outside the
-candidate tried once more, no `ok` when nothing was measured, the budget as a bound, and
-`tune apply` refusing a tune measured elsewhere."""
+"""A tune one can plan, watch and trust, on the test engine: the plan before the run (a
+stand-in engine planned as one, never with sglang's figures for GLM-5), the caches that make
+a second start faster (broken down from the engine's log and kept), the progress lines of a
+redirected tune, `tune show` while it runs, a resume that plans with what it measured, a
+failure outside the candidate tried once more, no `ok` when nothing was measured, the budget
+as a bound, and `tune apply` refusing a tune measured elsewhere."""
 
 from __future__ import annotations
 
 import json
+import re
+import sys
 from datetime import datetime
 from pathlib import Path
 
@@ -14,17 +17,41 @@ import pytest
 import yaml
 
 from tests.tune.conftest import write_space, write_tune_config
-from tests.tune.test_tune_end_to_end import WORKLOAD, glm5svc
+from tests.tune.test_tune_end_to_end import glm5svc
 
-pytestmark = pytest.mark.long  # minutes of engines and bench_serving: scheduled first
+pytestmark = pytest.mark.long  # minutes of engines under load: scheduled first
 
 JIT_S = 3.0
+# One continuous load per engine start: short windows, a short settle, two rounds a start.
+WORKLOAD = [
+    "--concurrency", "32", "--input-len", "16", "--output-len", "16", "--length-ratio", "0.5",
+    "--min-repeats", "2", "--max-repeats", "2", "--window", "1", "--settle", "0.5",
+]  # fmt: skip
+SGLANG_FIGURES = ("graphs", "autotune", "weights", "process start")
 
 
 def with_cache_dir(config: Path, cache: Path) -> None:
     data = yaml.safe_load(config.read_text())
     data["server"]["cache_dir"] = str(cache)
     config.write_text(yaml.safe_dump(data))
+
+
+def clock_s(clock: str) -> int:
+    found = re.fullmatch(r"(?:(\d+) h )?(?:(\d+) min)?(?: ?(\d+) s)?", clock.strip())
+    assert found and any(found.groups()), clock
+    hours, minutes, seconds = (int(g or 0) for g in found.groups())
+    return hours * 3600 + minutes * 60 + seconds
+
+
+def head_adds_up(text: str) -> None:
+    """The plan's head line: the first start + (n - 1) x each other = the total, in the
+    clock values it prints (a start under an hour, printed to the second)."""
+    head = next(line for line in text.splitlines() if "engine start(s) for" in line)
+    found = re.search(r"the first (.+?)(?: \+ (\d+) x (.+?))? = (.+?); the budget", head)
+    assert found, head
+    first, others, other, total = found.groups()
+    added = clock_s(first) + int(others or 0) * (clock_s(other) if other else 0)
+    assert clock_s(total) == (added if added < 3600 else added // 60 * 60), head
 
 
 def test_plan_fits_or_trims_the_budget(tmp_path, bench_python, tokenizer_dir):
@@ -39,14 +66,59 @@ def test_plan_fits_or_trims_the_budget(tmp_path, bench_python, tokenizer_dir):
     assert roomy.returncode == 0, roomy.stderr
     plan = json.loads(roomy.stdout)
     assert plan["fits"] and not plan["dropped"]
-    assert (plan["starts"], plan["settings"]) == (4, 4)
+    # Three knobs of two values, each a restart: the start and 3 changes, then the winner's
+    # confirming start.
+    assert (plan["starts"], plan["settings"]) == (4 + 1, 4)
+    assert plan["total_s"] == plan["first_start_s"] + 4 * plan["other_start_s"]
+    assert plan["other_start_s"] == round(sum(plan["parts"].values()))  # a start's parts
+    assert plan["first_start_s"] > plan["other_start_s"]  # the first start's deciding rounds
+    # 10 s windows, a 5 min budget: the last knobs go until the screen fits; the
+    # confirming start may not (said, not a reason to drop one more).
     tight = glm5svc(config, "tune", "run", "--plan", "--space", str(space), "--budget", "5m",
                     "--window", "10s", timeout=120)  # fmt: skip
     assert tight.returncode == 0, tight.stderr
     assert "dropped, the least influential first" in tight.stdout
     assert "tuning.chunked_prefill_size" in tight.stdout
     assert "tuning.max_running_requests" not in tight.stdout.split("dropped")[1]
+    head_adds_up(tight.stdout)
+    trimmed = json.loads(glm5svc(config, "tune", "run", "--plan", "--space", str(space),
+                                 "--budget", "5m", "--window", "10s", "--json",
+                                 timeout=120).stdout)  # fmt: skip
+    assert trimmed["kept"][0] == "tuning.max_running_requests" and trimmed["dropped"]
+    assert trimmed["total_s"] - trimmed["other_start_s"] <= 300  # the screen fits
+    if not trimmed["fits"]:
+        assert "the best may stay unconfirmed" in tight.stdout
     assert not list(tmp_path.glob("results/tune/*")), "--plan ran nothing"
+
+
+def test_a_stand_in_engine_is_never_planned_with_the_targets_figures(
+    tmp_path, bench_python, tokenizer_dir
+):
+    # Everything that would make sglang's start long for GLM-5: 430 GB of weights and
+    # FlashInfer's MoE autotune. The engine is the test engine (server.command).
+    config = write_tune_config(tmp_path, bench_python, tokenizer_dir, "load=0.1")
+    index = {"metadata": {"total_size": 430 * 10**9}, "weight_map": {}}
+    (tmp_path / "model" / "model.safetensors.index.json").write_text(json.dumps(index))
+    data = yaml.safe_load(config.read_text())
+    data["tuning"]["moe_runner_backend"] = "flashinfer_cutlass"
+    config.write_text(yaml.safe_dump(data))
+    space = write_space(tmp_path, [{"flag": "--page-size", "values": [None, 2]}])
+    planned = glm5svc(config, "tune", "run", "--plan", "--space", str(space), "--json",
+                      timeout=120)  # fmt: skip
+    assert planned.returncode == 0, planned.stderr
+    plan = json.loads(planned.stdout)
+    assert plan["start_s"] == plan["parts"]["to READY"] == 5
+    for figure in SGLANG_FIGURES:
+        assert figure not in plan["start_basis"].lower(), plan["start_basis"]
+    assert "stand-in engine" in plan["start_basis"]
+    assert "sglang_test_engine.py" in plan["start_basis"]
+    # The same configuration with sglang's launcher is planned with the target's parts.
+    data["server"]["command"] = [sys.executable, "-m", "sglang.launch_server"]
+    config.write_text(yaml.safe_dump(data))
+    target = json.loads(glm5svc(config, "tune", "run", "--plan", "--space", str(space),
+                                "--json", timeout=120).stdout)  # fmt: skip
+    assert "graphs" in target["start_basis"] and "autotune" in target["start_basis"]
+    assert target["start_s"] > plan["start_s"]
 
 
 def test_caches_make_the_second_start_faster_and_a_redirected_tune_says_so(
@@ -67,14 +139,26 @@ def test_caches_make_the_second_start_faster_and_a_redirected_tune_says_so(
     assert first["graphs_s"] >= JIT_S > second["graphs_s"]
     assert list((cache / "sglang").rglob("*")), "the compile cache is in server.cache_dir"
     assert (run_dir / "trials" / "001" / "start.json").is_file()
-    # stderr is not a terminal here: plain progress lines, the same in the run's log.
-    assert "plan: the first pass is" in done.stderr
+    # Each start's windows, one file a window under its trial; nothing of the old
+    # benchmark's levels (no baseline/, no level.json).
+    for trial in summary["trials"]:
+        runs = run_dir / "trials" / f"{trial['trial']:03d}" / "runs"
+        outcome = json.loads((run_dir / "trials" / f"{trial['trial']:03d}.json").read_text())
+        names = [r["name"] for r in outcome["outcome"]["runs"]]
+        assert names and sorted(p.stem for p in runs.glob("*.json")) == sorted(names)
+    assert not (run_dir / "baseline").exists()
+    assert not list(run_dir.rglob("level.json")) and not list(run_dir.rglob("window.json"))
+    # stderr is not a terminal here: plain progress lines, the same in the run's log. The
+    # plan: two starts of the screen and the winner's confirming one.
+    plan_head = "plan: 3 engine start(s) for 2 setting(s)"
+    assert plan_head in done.stderr
+    head_adds_up(done.stderr)
     assert "trial 0 (" in done.stderr and "trial 1 ended: measured" in done.stderr
     log = (run_dir / "tune.log").read_text()
-    assert "plan: the first pass is" in log and "trial 1 ended: measured" in log
+    assert plan_head in log and "trial 1 ended: measured" in log
 
     shown = glm5svc(config, "tune", "show", str(run_dir))
-    assert shown.returncode == 0 and "engine start 1: " in shown.stdout
+    assert shown.returncode == 0 and "engine start 1 (trial(s) 1): " in shown.stdout
     (run_dir / "summary.json").unlink()  # as while it runs: the trials so far
     running = glm5svc(config, "tune", "show", str(run_dir), "--json")
     assert running.returncode == 0, running.stderr
@@ -86,6 +170,11 @@ def test_caches_make_the_second_start_faster_and_a_redirected_tune_says_so(
     again = glm5svc(config, "tune", "run", "--resume", str(run_dir), "--max-trials", "2")
     assert again.returncode == 0, again.stderr[-3000:]
     assert "begin: 2 trial(s) from before" in again.stderr
+    # Its plan: the starts it measured replace the placeholder, and are not planned again.
+    measured = [line for line in again.stderr.splitlines() if "plan: its start is" in line]
+    assert measured and "as measured" in measured[0], measured
+    assert "until one is measured" not in again.stderr
+    assert "plan: 1 engine start(s) for 0 setting(s)" in again.stderr
     changed = glm5svc(config, "tune", "run", "--resume", str(run_dir), "--space", str(space),
                       "--concurrency", "64")  # fmt: skip
     assert changed.returncode == 78
@@ -105,7 +194,7 @@ def test_a_timeout_is_tried_again_and_nothing_measured_is_not_ok(
 ):
     config = write_tune_config(tmp_path, bench_python, tokenizer_dir, "load=8")
     run_dir = tmp_path / "tune"
-    # --window 0.5: three windows must fit in the 2 s a trial may take (30 s ones do not).
+    # --window 0.5: the rounds' windows must fit in the 2 s a trial may take.
     done = glm5svc(config, "tune", "run", *WORKLOAD, "--max-trials", "1", "--trial-timeout",
                    "2", "--window", "0.5", "--run-dir", str(run_dir), "--json")  # fmt: skip
     assert done.returncode == 1, done.stderr[-3000:]
