@@ -34,6 +34,7 @@ RULE = Rule(max_rounds=16)  # the tune's defaults: --min-repeats 2, --max-repeat
 SETTINGS = [
     (0.02, 0.03, 0.0005, "live"),
     (0.03, 0.05, 0.001, "live"),
+    (0.01, 0.02, 0.0005, "restart"),
     (0.015, 0.03, 0.0005, "restart"),
     (0.03, 0.03, 0.001, "restart"),
 ]

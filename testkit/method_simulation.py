@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from glm5svc.tune.decision import (
     BETTER,
     DONE,
+    MAX_STARTS,
     START_CANDIDATE,
     StartModel,
     StartRecord,
@@ -54,7 +55,7 @@ class Rule:
     confidence: float = 0.95
     min_rounds: int = 2
     max_rounds: int = 8
-    max_starts: int = 5
+    max_starts: int = MAX_STARTS
 
 
 @dataclass(frozen=True)

@@ -46,7 +46,7 @@ BETTER, WORSE, EQUIVALENT, UNDECIDED = "better", "worse", "equivalent", "undecid
 # lowest to highest, a standard deviation near 4 %: docs/performance-tune.md).
 PRIOR_START_SPREAD = 0.02
 PRIOR_WEIGHT = 2
-MAX_STARTS = 5  # per candidate and comparison
+MAX_STARTS = 6  # per candidate and comparison (bench/tune_method.py: power against drift)
 PAIRS_PER_LOOK = 2  # an A B B A block of a live comparison
 
 

@@ -215,6 +215,11 @@ def test_a_live_ten_percent_is_found_at_the_testbed_s_window_noise():
     assert figures.power >= 0.80
 
 
+def test_a_restart_ten_percent_is_found_when_starts_agree_within_one_percent():
+    figures = rates(Noise(0.01, 0.02, 0.0005), kind="restart", passes=150, seed=4, rule=RULE)
+    assert figures.power >= 0.80
+
+
 def test_on_a_landscape_of_small_effects_the_peer_s_rule_ends_worse_than_its_start_more():
     """One run per candidate, the highest kept (sglang.auto_benchmark's rule), against the
     tune, on +-3-8 % effects and 5-12 % window noise."""
