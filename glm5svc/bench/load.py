@@ -44,16 +44,22 @@ class LoadShape:
     range_ratio: float = 0.5  # lengths uniform in [ratio x len, len]; 1.0: fixed
     vocab_size: int = 32_000
     lengths: Sequence[tuple[int, int]] = ()  # a recorded workload's (input, output), in turn
+    prefix_share: float = 0.0  # benchmark.prefix_sharing: this share of each prompt is common
 
     def describe(self) -> str:
         if self.lengths:
-            return f"{len(self.lengths)} recorded request lengths, in turn"
-        if self.range_ratio >= 1.0:
-            return f"{self.input_len} in / {self.output_len} out, fixed"
-        return (
-            f"input uniform in [{_low(self.input_len, self.range_ratio)}, {self.input_len}], "
-            f"output in [{_low(self.output_len, self.range_ratio)}, {self.output_len}] tokens"
-        )
+            text = f"{len(self.lengths)} recorded request lengths, in turn"
+        elif self.range_ratio >= 1.0:
+            text = f"{self.input_len} in / {self.output_len} out, fixed"
+        else:
+            text = (
+                f"input uniform in [{_low(self.input_len, self.range_ratio)}, "
+                f"{self.input_len}], output in [{_low(self.output_len, self.range_ratio)}, "
+                f"{self.output_len}] tokens"
+            )
+        if self.prefix_share:
+            text += f"; {self.prefix_share:.0%} of each prompt shared"
+        return text
 
 
 def _low(length: int, ratio: float) -> int:
@@ -81,6 +87,11 @@ class ContinuousLoad:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._next_length = 0
+        # The workload's declared sharing: every prompt begins with the same tokens (as a
+        # system prompt would), this share of its own length; the rest is its own.
+        shared = random.Random(f"{seed}/shared")
+        longest = max([shape.input_len, *(i for i, _ in shape.lengths)])
+        self._shared = [shared.randrange(shape.vocab_size) for _ in range(longest)]
         self._workers = [
             threading.Thread(target=self._work, args=(i,), name=f"load-{i}", daemon=True)
             for i in range(shape.concurrency)
@@ -122,7 +133,9 @@ class ContinuousLoad:
 
     def _body(self, rng: random.Random) -> bytes:
         input_len, output_len = self._lengths(rng)
-        ids = [rng.randrange(self.shape.vocab_size) for _ in range(input_len)]
+        common = min(input_len - 1, int(self.shape.prefix_share * input_len))
+        ids = self._shared[:common]
+        ids += [rng.randrange(self.shape.vocab_size) for _ in range(input_len - common)]
         return json.dumps(
             {
                 "input_ids": ids,

@@ -687,6 +687,7 @@ def load_shape(workload: Workload, plan: BenchPlan, vocab_size: int | None) -> L
         range_ratio=workload.length_ratio,
         vocab_size=vocab_size or DEFAULT_VOCAB,
         lengths=plan.request_file.requests if plan.request_file else (),
+        prefix_share=plan.prefix_sharing,
     )
 
 

@@ -100,3 +100,28 @@ def test_a_continuous_load_on_the_test_engine_is_read_from_its_counters(tmp_path
     assert window.completed >= 40
     assert window.tokens.cached_share is not None and window.tokens.cached_share < 0.01
     assert window.ttft_p99_ms is not None and window.itl_p99_ms is not None
+
+
+def test_a_workload_that_declares_sharing_is_measured_with_that_share_cached(tmp_path):
+    """benchmark.prefix_sharing 0.5: every prompt begins with the same half; the engine's
+    radix cache serves about that share, under the flag's threshold, window after window."""
+    engine = start_engine(tmp_path / "engine.log", "--step-base-ms", "2")
+    shape = LoadShape(concurrency=4, input_len=64, output_len=4, vocab_size=5000,
+                      prefix_share=0.5)  # fmt: skip
+    try:
+        load = ContinuousLoad(engine.base_url, {}, shape, seed=2)
+        load.start()
+        shares = []
+        for _ in range(3):
+            first = read_counters(engine.base_url, {})
+            target = load.counts.completed + 30
+            deadline = time.monotonic() + 60
+            while load.counts.completed < target and time.monotonic() < deadline:
+                time.sleep(0.05)  # waits on the load's own counter, bounded
+            shares.append(CounterWindow.between(first, read_counters(engine.base_url, {}))
+                          .tokens.cached_share)  # fmt: skip
+        load.stop()
+    finally:
+        engine.stop()
+    assert all(0.3 < share < 0.51 for share in shares), shares
+    assert "50% of each prompt shared" in shape.describe()
