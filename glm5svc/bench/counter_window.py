@@ -16,52 +16,13 @@ run): it is the counters' advance between two reads of /metrics, `duration_s` ap
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import asdict, dataclass
 
-from glm5svc.bench.engine_sampler import sample_from_metrics
-from glm5svc.bench.steady import EngineSample, TokenCounts
-from glm5svc.http_fetch import fetch_text
-from glm5svc.metrics_text import MetricSamples, parse_metrics
+from glm5svc.bench.engine_sampler import ITL, TTFT, Buckets, CounterRead, buckets, read_counters
+from glm5svc.bench.steady import TokenCounts
 
-TTFT = "sglang:time_to_first_token_seconds"
-ITL = "sglang:inter_token_latency_seconds"
-Buckets = tuple[tuple[float, float], ...]  # (upper bound, cumulative count), by bound
-
-
-@dataclass(frozen=True)
-class CounterRead:
-    """One read of the engine's /metrics: its counters and latency histograms."""
-
-    sample: EngineSample
-    ttft: Buckets
-    itl: Buckets
-
-
-def buckets(samples: MetricSamples, family: str) -> Buckets:
-    """A histogram's cumulative buckets, summed over its label sets (ranks)."""
-    by_bound: dict[float, float] = {}
-    for sample in samples.matching(family + "_bucket"):
-        bound = dict(sample.labels).get("le")
-        try:
-            upper = math.inf if bound in ("+Inf", "inf") else float(bound or "nan")
-        except ValueError:
-            continue
-        if math.isnan(upper):
-            continue
-        by_bound[upper] = by_bound.get(upper, 0.0) + sample.value
-    return tuple(sorted(by_bound.items()))
-
-
-def read_counters(base_url: str, headers: dict[str, str], timeout_s: float = 5.0) -> CounterRead:
-    """Raises FetchError, MetricsTextError, or EngineCountersMissing (no token counters)."""
-    text = fetch_text(base_url.rstrip("/") + "/metrics", timeout_s=timeout_s, headers=headers)
-    samples = parse_metrics(text)
-    return CounterRead(
-        sample_from_metrics(samples, time.monotonic()),
-        buckets(samples, TTFT),
-        buckets(samples, ITL),
-    )
+__all__ = ["ITL", "TTFT", "Buckets", "CounterRead", "CounterWindow", "buckets", "quantile",
+           "read_counters"]  # fmt: skip
 
 
 def quantile(first: Buckets, last: Buckets, q: float) -> float | None:

@@ -17,8 +17,10 @@ what the engine answered and the fix.
 from __future__ import annotations
 
 import json
+import math
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from glm5svc.bench.steady import EngineSample
@@ -95,9 +97,44 @@ def sample_from_metrics(samples: MetricSamples, t: float) -> EngineSample:
     )
 
 
-def read_sample(base_url: str, headers: dict[str, str], timeout_s: float = 5.0) -> EngineSample:
+TTFT = "sglang:time_to_first_token_seconds"
+ITL = "sglang:inter_token_latency_seconds"
+Buckets = tuple[tuple[float, float], ...]  # (upper bound, cumulative count), by bound
+
+
+@dataclass(frozen=True)
+class CounterRead:
+    """One read of the engine's /metrics: its counters and latency histograms."""
+
+    sample: EngineSample
+    ttft: Buckets
+    itl: Buckets
+
+
+def buckets(samples: MetricSamples, family: str) -> Buckets:
+    """A histogram's cumulative buckets, summed over its label sets (ranks)."""
+    by_bound: dict[float, float] = {}
+    for sample in samples.matching(family + "_bucket"):
+        bound = dict(sample.labels).get("le")
+        try:
+            upper = math.inf if bound in ("+Inf", "inf") else float(bound or "nan")
+        except ValueError:
+            continue
+        if math.isnan(upper):
+            continue
+        by_bound[upper] = by_bound.get(upper, 0.0) + sample.value
+    return tuple(sorted(by_bound.items()))
+
+
+def read_counters(base_url: str, headers: dict[str, str], timeout_s: float = 5.0) -> CounterRead:
+    """Raises FetchError, MetricsTextError, or EngineCountersMissing (no token counters)."""
     text = fetch_text(base_url.rstrip("/") + "/metrics", timeout_s=timeout_s, headers=headers)
-    return sample_from_metrics(parse_metrics(text), time.monotonic())
+    samples = parse_metrics(text)
+    return CounterRead(
+        sample_from_metrics(samples, time.monotonic()),
+        buckets(samples, TTFT),
+        buckets(samples, ITL),
+    )
 
 
 class EngineSampler:
@@ -110,7 +147,7 @@ class EngineSampler:
         self.base_url = base_url
         self.headers = headers
         self.interval_s = interval_s
-        self.samples: list[EngineSample] = []
+        self.reads: list[CounterRead] = []  # the counters and latency histograms
         self.errors: list[str] = []
         self.missing: EngineCountersMissing | None = None  # the counters were not there
         self._stop = threading.Event()
@@ -124,15 +161,19 @@ class EngineSampler:
         while not self._stop.wait(self.interval_s):
             self._read()
 
+    @property
+    def samples(self) -> list[EngineSample]:
+        return [read.sample for read in self.reads]
+
     def stop(self) -> list[EngineSample]:
         self._stop.set()
         self._thread.join(10)
         self._read()
-        return list(self.samples)
+        return self.samples
 
     def _read(self) -> None:
         try:
-            self.samples.append(read_sample(self.base_url, self.headers))
+            self.reads.append(read_counters(self.base_url, self.headers))
         except EngineCountersMissing as exc:
             self.errors.append(str(exc))
             self.missing = exc

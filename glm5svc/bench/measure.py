@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from glm5svc.bench.counter_window import CounterWindow
 from glm5svc.bench.engine_sampler import (
     SAMPLE_INTERVAL_S,
     EngineSampler,
@@ -72,12 +73,16 @@ class WindowRun:
     run_tokens: TokenCounts | None  # the whole run, ramps included
     flushed: bool
     flag: str | None = None  # why its figure does not count
+    # The steady window's figures, through the one window definition a tune's windows use
+    # (glm5svc/bench/counter_window.py): throughput, cached share, TTFT and ITL percentiles
+    # from the engine's histograms over the window.
+    counters: CounterWindow | None = None
 
     @property
     def throughput(self) -> float | None:
-        if self.flag or self.window is None:
+        if self.flag or self.window is None or not self.window.ok:
             return None
-        return self.window.throughput
+        return self.counters.throughput if self.counters else self.window.throughput
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -88,6 +93,7 @@ class WindowRun:
             "flag": self.flag,
             "throughput": self.throughput,
             "window": self.window.to_dict() if self.window else None,
+            "counters": self.counters.to_dict() if self.counters else None,
             "run_tokens": (
                 {
                     "uncached_input": self.run_tokens.uncached_input,
@@ -192,6 +198,9 @@ class Measurer:
         run.run_tokens = TokenCounts.between(samples[0], samples[-1])
         window = steady_window(samples, self.concurrency, self.plan.window_s)
         run.window = window
+        if window.reads is not None:
+            first, last = window.reads
+            run.counters = CounterWindow.between(engine.reads[first], engine.reads[last])
         self._resize(samples, window, level)
         if not window.ok:
             run.flag = f"{window.reason}; {self.too_long}" if self.too_long else window.reason

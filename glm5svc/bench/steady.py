@@ -74,6 +74,7 @@ class SteadyWindow:
     tokens: TokenCounts | None
     mean_in_engine: float | None  # running + queued, averaged over the window
     reason: str | None = None  # set when no window could be taken
+    reads: tuple[int, int] | None = None  # the indexes of the samples that bound it
 
     @property
     def ok(self) -> bool:
@@ -146,8 +147,9 @@ def steady_window(
             "(more prompts per run)"
         )
     return SteadyWindow(
-        round(start.t - first.t, 3), round(duration, 3), tokens, round(mean_in_engine, 2), reason
-    )
+        round(start.t - first.t, 3), round(duration, 3), tokens, round(mean_in_engine, 2), reason,
+        (holding[0], holding[-1]),
+    )  # fmt: skip
 
 
 def prompts_for_window(
