@@ -330,8 +330,11 @@ def next_step(
     )  # fmt: skip
     if max(s.order for s in theirs) > max(s.order for s in mine) and len(mine) < max_starts:
         # The incumbent's start was the last: no look here (the next is the candidate's).
-        return START_CANDIDATE, Verdict(UNDECIDED, verdict.gain, verdict.why + " (not a look: "
-                                        "the incumbent's start; the candidate's is next)")
+        return START_CANDIDATE, Verdict(
+            UNDECIDED,
+            verdict.gain,
+            verdict.why + " (not a look: the incumbent's start; the candidate's is next)",
+        )
     if verdict.kind != UNDECIDED:
         return DONE, verdict
     if verdict.gain is not None and verdict.gain.high <= min_effect:
