@@ -161,7 +161,7 @@ def main() -> None:
         tune = subprocess.run(
             [sys.executable, "-m", "glm5svc", "--config", str(a.config), "tune", "run",
              "--take-over", "--concurrency", "8", "--input-len", "16", "--output-len", "16",
-             "--num-prompts", "16", "--warmup-prompts", "8", "--min-repeats", "2",
+             "--window", "1", "--settle", "0.5", "--min-repeats", "2",
              "--max-repeats", "2" if args.short else "4", "--max-trials", "2",
              "--space", str(space), "--run-dir", str(work / "tune"), "--json"],
             capture_output=True, text=True, env=a.env, timeout=600,

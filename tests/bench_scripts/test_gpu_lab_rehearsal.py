@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import subprocess
 import sys
 import tarfile
 from pathlib import Path
@@ -94,7 +95,7 @@ def test_tune_scenario_rehearsed_on_the_test_engine(tmp_path):
         GPU_LAB_TUNE_OUTPUT_LEN="16",
         GPU_LAB_TUNE_MIN_REPEATS="2",
         GPU_LAB_TUNE_MAX_REPEATS="2",
-        # Steady windows sized for the test engine: the H200's 10 s windows and 45 s of
+        # Windows sized for the test engine: the H200's 5 s windows, 2 s settle and 30 s of
         # warm-up would not fit the rehearsal's budget on a loaded CI machine.
         GPU_LAB_TUNE_WINDOW_S="2",
         GPU_LAB_TUNE_WARMUP_MAX_S="8",
@@ -108,9 +109,71 @@ def test_tune_scenario_rehearsed_on_the_test_engine(tmp_path):
     tune = json.loads((tmp_path / "out" / "results.json").read_text())["tune"]
     assert "error" not in tune, tune
     assert tune["start"] == "before" and tune["exit"] == 0, tune
-    assert tune["summary"] is not None, tune.get("stderr_tail")
+    summary = tune["summary"]
+    assert summary is not None, tune.get("stderr_tail")
     assert tune["left_after"] == []
+    # What lab/gpu/comparison.py reads from a device run: the timeline, the confirmation,
+    # the plan, the windows (one continuous load per start, no bench_serving baseline).
+    assert set(summary["timeline"]) == {"decided_s", "wall_s"}
+    assert "confirmed" in summary and summary["plan"]["total_s"] > 0
     with tarfile.open(tmp_path / "out" / "recorded.tar.gz") as tar:
         names = set(tar.getnames())
     assert "recorded/tune-run/summary.json" in names
     assert "recorded/h200-tune.yaml" in names
+    assert any(n.startswith("recorded/tune-run/trials/000/runs/r01-") for n in names), names
+    assert not any(n.startswith("recorded/tune-run/baseline") for n in names)
+
+
+def sglang_with_auto_benchmark(bench_python: str) -> str | None:
+    """Why the bench venv cannot run sglang.auto_benchmark (sglang 0.5.10 added it), or
+    None when it can."""
+    probe = (
+        "import importlib.metadata as m, importlib.util as u\n"
+        "version = m.version('sglang')\n"
+        "print(version, bool(u.find_spec('sglang.auto_benchmark')))"
+    )
+    done = subprocess.run([bench_python, "-c", probe], capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    if done.returncode != 0:
+        return f"the bench venv has no sglang ({done.stderr.strip().splitlines()[-1:]})"
+    version, found = done.stdout.split()
+    numbers = tuple(int(part) for part in version.split(".")[:3] if part.isdigit())
+    if numbers < (0, 5, 10) or found != "True":
+        return (
+            f"the peer scenario runs sglang.auto_benchmark, which sglang>=0.5.10 has; the "
+            f"bench venv (testkit/bench_venv.py) has sglang {version}"
+        )
+    return None
+
+
+@pytest.mark.slow  # the bench_serving venv, as above
+def test_peer_scenario_rehearsed_on_the_test_engine(tmp_path):
+    """sglang.auto_benchmark over the tune's space (two caps x graphs on/off, one start
+    each) against the test engine: every candidate measured, a pick, the recorded files."""
+    bench_python = build_bench_serving_venv()
+    missing = sglang_with_auto_benchmark(str(bench_python))
+    if missing is not None:
+        pytest.skip(missing)
+    fast_engine = f"{sys.executable} {TEST_ENGINE} --step-base-ms 1 --step-per-req-ms 0.01"
+    env = dict(
+        os.environ,
+        OUT=str(tmp_path / "out"),
+        GPU_LAB_ENGINE=fast_engine,
+        GPU_LAB_BENCH_PYTHON=str(bench_python),
+        GPU_LAB_TUNE_OUTPUT_LEN="16",
+    )
+    done = run_script(
+        [sys.executable, "-m", "lab.gpu.remote", "peer", "--start", "before", "--budget", "300"],
+        cwd=REPO, env=env, timeout=360,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    peer = json.loads((tmp_path / "out" / "results.json").read_text())["peer"]
+    assert "error" not in peer, peer
+    assert peer["start"] == "before" and peer["exit"] == 0, peer
+    assert len(peer["candidates"]) == 4, peer["candidates"]
+    assert all(c["error"] is None and c["total_throughput"] for c in peer["candidates"])
+    assert set(peer["pick"]) == {"max_running_requests", "cuda_graph"}
+    with tarfile.open(tmp_path / "out" / "recorded.tar.gz") as tar:
+        names = set(tar.getnames())
+    assert "recorded/peer/auto-benchmark.yaml" in names
+    assert any(n.endswith("live_results.jsonl") for n in names), names

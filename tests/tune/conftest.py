@@ -72,9 +72,8 @@ def write_tune_config(tmp_path: Path, bench_python: str, tokenizer: Path, mode: 
             "results_dir": str(tmp_path / "results"),
         },
         "telemetry": {"enabled": False},
-        # The tune tests of the search and its decisions measure one wave per run (the
-        # opt-out): steady trials on a loaded CPU took over their time limits and blurred the
-        # test engine's 20 % runner effect; the steady tests set steady: true themselves.
+        # A tune measures windows under its own continuous load whatever benchmark.steady
+        # says; the tests that run one shorten the windows and the warm-up themselves.
         "benchmark": {"python": bench_python, "post_start": {"enabled": False}, "steady": False},
     }
     path = tmp_path / "glm5.yaml"

@@ -12,8 +12,8 @@ import json
 import pytest
 import yaml
 
-from tests.tune.conftest import write_space, write_tune_config
-from tests.tune.test_tune_end_to_end import WORKLOAD, glm5svc
+from tests.tune.conftest import write_space
+from tests.tune.test_tune_end_to_end import WORKLOAD, glm5svc, tune_config
 
 CAP = {"key": "tuning.max_running_requests", "values": [8, 32], "restart": False}
 RUNNERS = ["triton", "flashinfer_cutlass"]
@@ -31,7 +31,7 @@ def tune(config, space, run_dir, *extra):
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_the_tune_ends_on_the_grids_best(tmp_path, bench_python, tokenizer_dir):
-    config = write_tune_config(tmp_path, bench_python, tokenizer_dir, "load=0.1")
+    config = tune_config(tmp_path, bench_python, tokenizer_dir, "load=0.1")
     # Steps of 100 ms: the model's sleeps, not a loaded CPU, set the runner's effect.
     slow = yaml.safe_load(config.read_text())
     command = slow["server"]["command"]
@@ -65,6 +65,7 @@ def test_the_tune_ends_on_the_grids_best(tmp_path, bench_python, tokenizer_dir):
         "tuning": {"max_running_requests": 32, "moe_runner_backend": "flashinfer_cutlass"}
     }, [(t["setting"], t["start"], t["verdict"]) for t in summary["trials"]]
     starts = {t["start"] for t in summary["trials"] if t["start"] is not None}
-    # The cap cost no start: the runner's two values, each started again to bracket.
+    # The cap cost no start: each runner screened by a start, more only while undecided,
+    # and the winner's confirming start.
     assert len(starts) <= 2 * 5
     assert summary["gain"]["low"] > 1.0

@@ -16,7 +16,7 @@ def test_plain_lines_at_each_phase_change_and_a_beat_between(tmp_path):
         progress.update("plan", {"lines": ["plan: the first pass is 2 start(s)"],
                                  "run_dir": str(tmp_path)})  # fmt: skip
         progress.update("trial-start", {"number": 0, "candidate": {}})
-        progress.update("trial-phase", {"number": 0, "phase": "run 1"})
+        progress.update("trial-phase", {"number": 0, "phase": "window 1 (r01-v8)"})
         said = stream.getvalue().count("\n")
         deadline = time.monotonic() + 10
         while stream.getvalue().count("\n") == said and time.monotonic() < deadline:
@@ -24,8 +24,8 @@ def test_plain_lines_at_each_phase_change_and_a_beat_between(tmp_path):
     lines = stream.getvalue().splitlines()
     assert lines[0].endswith("plan: the first pass is 2 start(s)")
     assert "trial 0 ((the start)): starting" in lines[1]
-    assert "trial 0 ((the start)): run 1" in lines[2]
-    assert len(lines) > 3 and "trial 0 ((the start)): run 1" in lines[3]
+    assert "trial 0 ((the start)): window 1 (r01-v8)" in lines[2]
+    assert len(lines) > 3 and "trial 0 ((the start)): window 1 (r01-v8)" in lines[3]
     assert (tmp_path / LOG_FILE).read_text().splitlines()[: len(lines)] == lines
 
 

@@ -61,3 +61,46 @@ def test_the_kv_pool_in_each_real_serve_log_is_the_one_recorded(name):
         log = trials / record_file.stem / "serve.log"
         if record["status"] != "failed" and log.exists():
             assert _kv_pool_from_log(log) == record["outcome"]["kv_pool_tokens"] == 909550
+
+
+# The tune against its peer (sglang.auto_benchmark, tier 3) on the same H200, start, space
+# and workload, by the new method: one continuous load per engine start, windows from the
+# engine's counters, a confirming start (lab/gpu/comparison.py built comparison.json).
+VS_PEER = RECORDED / "sglang-0.5.11-h200-tune-vs-peer"
+TUNES = ["tune-before", "tune-before-confirm", "tune-defaults"]
+
+
+def vs_peer_runs() -> dict[str, dict]:
+    runs = json.loads((VS_PEER / "comparison.json").read_text())["runs"]
+    return {f"{r['tool']}-{r['start']}": r for r in runs}
+
+
+def test_the_comparison_is_the_one_its_script_builds_from_the_recordings():
+    from lab.gpu.comparison import comparison
+
+    assert json.loads((VS_PEER / "comparison.json").read_text()) == comparison(VS_PEER)
+
+
+def test_both_tunes_pick_the_peers_setting_confirmed_and_decided_before_the_peer_ended():
+    runs = vs_peer_runs()
+    peer = runs["auto_benchmark-before"]
+    assert peer["pick"] == {"max_running_requests": 1024, "cuda_graph": True}
+    for name in ("glm5svc-before", "glm5svc-defaults"):
+        tune = runs[name]
+        assert tune["pick"] == {"max_running_requests": 1024, "cuda_graph": True}, name
+        assert tune["confirmed"] is True and tune["confirmation"].startswith("confirmed"), name
+        assert tune["decided_s"] <= peer["wall_s"], name
+        assert tune["max_cached_share"] <= 0.01, name
+        # The plan (printed before the first start) within a quarter of the wall time.
+        assert abs(tune["plan_s"] - tune["wall_s"]) <= 0.25 * tune["wall_s"], name
+
+
+@pytest.mark.parametrize("name", TUNES)
+def test_every_window_of_the_continuous_load_found_nothing_cached(name):
+    """Random token ids: the radix cache finds (almost) nothing to reuse in any window."""
+    windows = sorted((VS_PEER / name / "tune-run" / "trials").glob("*/runs/*.json"))
+    assert windows
+    for path in windows:
+        window = json.loads(path.read_text())
+        assert window["cached_share"] <= 0.01, path
+        assert window["throughput"] > 0, path

@@ -179,6 +179,27 @@ def test_apply_writes_a_json_style_configuration_as_block_yaml_one_key_a_line():
     assert "server:" in lines and "    - engine.py" in lines  # block style, unquoted
 
 
+def test_apply_refuses_a_best_that_failed_its_confirming_start(tmp_path, capsys):
+    """The tune wrote no overlay (its tuned.yaml is `{}`): apply says why, even with
+    --force, and writes nothing."""
+    config = tmp_path / "glm5.yaml"
+    config.write_text(CONFIG)
+    folder = run_dir(tmp_path, "{}\n")
+    why = "the confirming start failed: failed"
+    (folder / "summary.json").write_text(
+        json.dumps({"trials": [], "confirmed": False, "confirmation": why})
+    )
+    for force in ([], ["--force"]):
+        status = main(["--config", str(config), "tune", "apply", str(folder), "--no-restart",
+                       "--json", *force])  # fmt: skip
+        document = json.loads(capsys.readouterr().out)
+        assert status == EXIT_CONFIG and document["ok"] is False
+        assert "failed its confirming start" in document["error"] and why in document["error"]
+    assert config.read_text() == CONFIG and sorted(p.name for p in tmp_path.iterdir()) == [
+        "glm5.yaml", "run"
+    ]  # fmt: skip
+
+
 @pytest.mark.timeout(60)  # sqlite opening the FIFO would block until then
 def test_a_fifo_as_study_db_is_refused_before_sqlite_opens_it(tmp_path, capsys):
     run_dir = tmp_path / "run"
