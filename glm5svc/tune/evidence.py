@@ -29,7 +29,7 @@ class TrialRecord:
     against: int | None = None  # that best's trial number
     difference: dict[str, float] | None = None  # the gain's estimate and bounds (relative)
     became_best: bool = False
-    start: int | None = None  # the engine start (trials/<start>/), None: never started
+    start: int | None = None  # the engine start (starts/<start>/), None: never started
 
     @property
     def samples(self) -> list[float]:

@@ -26,6 +26,23 @@ DISK_READ_SECONDS = 3.0  # ... or this long
 DISK_READ_CHUNK = 8 * 2**20
 MIN_DISK_SAMPLE = 32 * 2**20  # less read than this says nothing about the disk
 START_FILE = "start.json"
+STARTS_DIR = "starts"  # one folder per engine start; trials/NNN.json is one per trial
+LEGACY_STARTS_DIR = "trials"  # runs written before the two were apart
+
+
+def start_dirs(run_dir: Path) -> list[Path]:
+    """Each engine start's folder (a run of an earlier version kept them under trials/)."""
+    found = sorted((run_dir / STARTS_DIR).glob("[0-9][0-9][0-9]"))
+    return found or sorted(p for p in (run_dir / LEGACY_STARTS_DIR).glob("[0-9][0-9][0-9]")
+                           if p.is_dir())  # fmt: skip
+
+
+def start_dir(run_dir: Path, start: int) -> Path:
+    here = run_dir / STARTS_DIR / f"{start:03d}"
+    legacy = run_dir / LEGACY_STARTS_DIR / f"{start:03d}"
+    return legacy if not here.exists() and legacy.is_dir() else here
+
+
 AUTOTUNE_CACHE_PATCH = "flashinfer-autotune-cache"
 
 
@@ -102,7 +119,7 @@ def measured_figures(run_dir: Path) -> dict[str, Any]:
         settings += 1 if runs else 0
         if not isinstance(start, int) or start in ready_by_start:
             continue
-        breakdown = read_start(run_dir / "trials" / f"{start:03d}")
+        breakdown = read_start(start_dir(run_dir, start))
         ready = (breakdown.ready_s if breakdown else None) or outcome.get("ready_after_s")
         if isinstance(ready, int | float):
             ready_by_start[start] = float(ready)

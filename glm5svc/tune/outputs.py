@@ -17,7 +17,7 @@ from glm5svc.atomic_file import write_atomic
 from glm5svc.config_yaml import read_regular_bytes
 from glm5svc.errors import ConfigError, Glm5Error
 from glm5svc.tune.evidence import TrialRecord, gain
-from glm5svc.tune.host_figures import read_start
+from glm5svc.tune.host_figures import read_start, start_dirs
 from glm5svc.tune.search import describe_candidate
 from glm5svc.tune.settings import SearchSettings
 from glm5svc.tune.space import Value, overlay_of
@@ -25,6 +25,7 @@ from glm5svc.tune.space import Value, overlay_of
 TUNED_FILE = "tuned.yaml"
 HOST_VARS_FILE = "host_vars.yml"
 SUMMARY_FILE = "summary.json"
+
 STUDY_FILE = "tune.json"  # written by glm5svc/tune/session.py when a tune begins
 BASELINE_DIR = "baseline"
 # The container role merges this variable into /etc/glm5/glm5.yaml (roles/glm5_service).
@@ -275,7 +276,7 @@ def write_outputs(
 def start_records(run_dir: Path) -> list[dict[str, Any]]:
     """Each engine start broken down (its start.json, from serve's log)."""
     found = []
-    for trial_dir in sorted((run_dir / "trials").glob("[0-9][0-9][0-9]")):
+    for trial_dir in sorted(start_dirs(run_dir)):
         breakdown = read_start(trial_dir)
         if breakdown is not None:
             found.append({"start": int(trial_dir.name), **breakdown.to_dict(),

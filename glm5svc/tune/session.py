@@ -2,7 +2,8 @@
 
 The run directory holds everything: study.db (Optuna's SQLite store), tune.json (what a
 resumed run must measure the same: workload, settings, space, start), one folder per
-engine start (its configuration, serve's log, every window), and the outputs.
+engine start under starts/ (its configuration, serve's log, every window), one record
+per trial under trials/ (a start's live values are several trials), and the outputs.
 
 Longer than 400 lines: the run directory's preparation and resume, the plan, the search's
 wiring and the executor with its retry share the tune's state and stay together.
@@ -31,7 +32,7 @@ from glm5svc.profiles import load_profile
 from glm5svc.serve.phases import start_breakdown
 from glm5svc.tune.estimate import Estimate, estimate
 from glm5svc.tune.guard import TakeOver
-from glm5svc.tune.host_figures import START_FILE, estimate_inputs
+from glm5svc.tune.host_figures import START_FILE, STARTS_DIR, estimate_inputs
 from glm5svc.tune.outputs import STUDY_FILE, write_outputs
 from glm5svc.tune.render import Renderer, trial_mapping, write_trial_config
 from glm5svc.tune.retry import FIRST_ATTEMPT_DIR, keep_first_attempt, outside_the_candidate
@@ -297,7 +298,7 @@ class Tune:
     def _executor(self, workload: Workload, sampler, window_s: float | None, settle_s: float):
 
         def execute(number, candidate, mapping, decide, deadline, live_values) -> TrialOutcome:
-            trial_dir = self.run_dir / "trials" / f"{number:03d}"
+            trial_dir = self.run_dir / STARTS_DIR / f"{number:03d}"
             outcome, held = attempt(number, mapping, decide, deadline, trial_dir, live_values)
             why = outside_the_candidate(
                 outcome.status, outcome.failure, outcome.diagnosis, held,

@@ -32,7 +32,7 @@ def _starts(summary: dict[str, Any]) -> set[int]:
 def _cached_share(folder: Path) -> float:
     shares = [
         json.loads(path.read_text()).get("cached_share") or 0.0
-        for path in (folder / "tune-run" / "trials").glob("*/runs/*.json")
+        for path in (folder / "tune-run").glob("*/*/runs/*.json")  # starts/ (trials/ before)
     ]
     return max(shares, default=0.0)
 

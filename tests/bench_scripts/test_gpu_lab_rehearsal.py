@@ -120,7 +120,7 @@ def test_tune_scenario_rehearsed_on_the_test_engine(tmp_path):
         names = set(tar.getnames())
     assert "recorded/tune-run/summary.json" in names
     assert "recorded/h200-tune.yaml" in names
-    assert any(n.startswith("recorded/tune-run/trials/000/runs/r01-") for n in names), names
+    assert any(n.startswith("recorded/tune-run/starts/000/runs/r01-") for n in names), names
     assert not any(n.startswith("recorded/tune-run/baseline") for n in names)
 
 

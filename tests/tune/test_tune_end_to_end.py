@@ -193,7 +193,7 @@ def test_sigterm_restores_the_unit_and_leaves_no_process(
          "--run-dir", str(run_dir), "--take-over", "--json"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ),
     )  # fmt: skip
-    log = run_dir / "trials" / "000" / "runs"
+    log = run_dir / "starts" / "000" / "runs"
     deadline = time.monotonic() + 120
     while not log.exists() and time.monotonic() < deadline and tune.poll() is None:
         time.sleep(0.2)  # the first window has been read: the engine serves the load
@@ -227,7 +227,7 @@ def test_each_start_holds_one_continuous_load_read_in_counter_windows(
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads(done.stdout)
-    runs_dir = run_dir / "trials" / "000" / "runs"
+    runs_dir = run_dir / "starts" / "000" / "runs"
     windows = sorted(runs_dir.glob("*.json"), key=lambda p: p.stat().st_mtime_ns)
     assert windows, sorted(p.relative_to(run_dir) for p in run_dir.rglob("*.json"))[:20]
     for path in windows:
@@ -293,7 +293,7 @@ def test_a_tune_on_a_request_file_sends_its_lengths_and_refuses_a_bad_one(
     load = record["outcome"]["load"]
     assert load["shape"] == "3 recorded request lengths, in turn"
     assert load["completed"] > 0 and load["failed"] == 0, load["errors"]
-    windows = sorted(run_dir.glob("trials/000/runs/*.json"))
+    windows = sorted(run_dir.glob("starts/000/runs/*.json"))
     assert windows
     # The file's requests average 24 tokens in, 16 out: each window's prompt tokens per
     # answer token is about 1.5 (in turn, 32 at once: the window cuts requests, not many).
