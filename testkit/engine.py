@@ -38,19 +38,25 @@ def wait_healthy(base_url: str, proc: subprocess.Popen, timeout: float = 30.0) -
     raise RuntimeError("test engine did not become healthy")
 
 
+def stop_process(proc: subprocess.Popen | None, grace_s: float = 10.0) -> None:
+    """SIGTERM, then SIGKILL after `grace_s`; nothing when it has ended already."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 class EngineHandle:
     def __init__(self, proc: subprocess.Popen, base_url: str):
         self.proc = proc
         self.base_url = base_url
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
 
 
 def start_engine(log_path: Path, *extra: str) -> EngineHandle:

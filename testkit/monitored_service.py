@@ -19,7 +19,7 @@ from pathlib import Path
 import yaml
 
 from glm5svc.http_fetch import FetchError, fetch_bytes
-from testkit.engine import TEST_ENGINE, free_port
+from testkit.engine import TEST_ENGINE, free_port, stop_process
 from testkit.prometheus import wait_for
 
 REPO = Path(__file__).resolve().parents[1]
@@ -136,13 +136,7 @@ class ServeUnit:
         return self.log.read_text(errors="replace")[-3000:]
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc, 30)
 
 
 def send_requests(engine: str, count: int, max_new_tokens: int = 16) -> None:

@@ -25,7 +25,7 @@ from typing import Any
 import yaml
 
 from glm5svc.http_fetch import FetchError, fetch_bytes
-from testkit.engine import free_port
+from testkit.engine import free_port, stop_process
 from testkit.timing import scaled
 
 REPO = Path(__file__).resolve().parents[1]
@@ -153,13 +153,7 @@ class Prometheus:
         return self.api("targets")["activeTargets"]
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc, 10)
 
 
 def targets_at(url: str) -> list[dict]:
