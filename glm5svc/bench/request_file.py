@@ -18,6 +18,7 @@ every result, and `bench compare` gives no verdict across two different workload
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import math
@@ -174,7 +175,12 @@ def _parse_line(
         return None, f"not a JSON object: {_shown(line)}"
     unknown = sorted(set(data) - set(KEYS))
     if unknown:
-        return None, f"unknown key(s) {', '.join(map(repr, unknown))}: only {' and '.join(KEYS)}"
+        close = difflib.get_close_matches(unknown[0], KEYS, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        return None, (
+            f"unknown key(s) {', '.join(map(repr, unknown))}: a request holds only "
+            f"{' and '.join(KEYS)}{hint}"
+        )
     values = []
     for name in KEYS:
         value = data.get(name)

@@ -100,7 +100,8 @@ def read_study(run_dir: Path) -> dict[str, Any]:
     for key, kind in STUDY_KEYS.items():
         if not isinstance(saved.get(key), kind):
             found = "missing" if key not in saved else f"a {type(saved[key]).__name__}"
-            raise _study_error(path, key, f"{found}, expected an object")
+            held = ", ".join(STUDY_KEYS)
+            raise _study_error(path, key, f"{found}, expected an object (a tune.json holds {held})")
     _check_study_db(Path(run_dir) / STUDY_DB)
     return saved
 

@@ -94,6 +94,7 @@ def test_a_tune_trial_plan_carries_the_workload_file(tmp_path):
         ("[40, 8]\n", "line 1: not a JSON object"),
         ('{"input_len": 40}\n', "line 1: no output_len"),
         ('{"input_len": 40, "output_len": 8, "prompt": "x"}\n', "unknown key(s) 'prompt'"),
+        ('{"input_len": 40, "output_lenght": 8}\n', "did you mean 'output_len'?"),
         ('{"input_len": true, "output_len": 8}\n', "input_len true is not a whole number"),
         ('{"input_len": 40.5, "output_len": 8}\n', "input_len 40.5 is not a whole number"),
         ('{"input_len": "40", "output_len": 8}\n', 'input_len "40" is not a whole number'),

@@ -123,6 +123,11 @@ def test_tune_json_of_the_wrong_shape_is_refused_naming_the_key(tmp_path):
     (tmp_path / "tune.json").write_text(json.dumps({"workload": [], "settings": {}}))
     with pytest.raises(ConfigError, match=r"tune\.json: workload: a list, expected an object"):
         read_study(tmp_path)
+    (tmp_path / "tune.json").write_text(json.dumps({"workload": {}, "setings": {}}))
+    with pytest.raises(ConfigError) as raised:
+        read_study(tmp_path)  # the keys of this file's own level, not the configuration's
+    assert "settings: missing" in str(raised.value)
+    assert "a tune.json holds workload, settings, space, start" in str(raised.value)
     (tmp_path / "tune.json").write_text("{")
     with pytest.raises(ConfigError, match="not JSON"):
         read_study(tmp_path)
