@@ -4,8 +4,8 @@ that only a streaming client sees."""
 
 from __future__ import annotations
 
-from lab.gpu.precision_figures import FIXTURE, figures, load, segments
 from glm5svc.tune.decision import PRIOR_START_SPREAD
+from lab.gpu.precision_figures import FIXTURE, figures, load, segments
 
 
 def test_the_recording_has_every_read_of_each_start_and_its_phases():
