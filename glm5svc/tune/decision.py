@@ -52,6 +52,7 @@ BETTER, WORSE, EQUIVALENT, UNDECIDED = "better", "worse", "equivalent", "undecid
 # conservatively (eight starts, four degrees of freedom).
 PRIOR_START_SPREAD = 0.15
 PRIOR_WEIGHT = 4
+FUTILE_AFTER = 2  # starts a side after which an estimate under the bar stops a comparison
 MAX_STARTS = 6  # per candidate and comparison (bench/tune_method.py: power against drift)
 PAIRS_PER_LOOK = 2  # an A B B A block of a live comparison
 
@@ -375,6 +376,19 @@ def next_step(
         return DONE, verdict
     if verdict.gain is not None and verdict.gain.high <= min_effect:
         return DONE, verdict  # its best case is no gain worth a restart
+    if (
+        verdict.gain is not None
+        and min(len(mine), len(theirs)) >= FUTILE_AFTER
+        and verdict.gain.estimate < min_effect
+    ):
+        # Futile: its estimate is below the bar after FUTILE_AFTER starts a side, and at a
+        # start-to-start spread like the H200's, more starts would rarely lift its lower
+        # bound past it. Stopping never promotes, so the error rate holds.
+        return DONE, Verdict(
+            UNDECIDED, verdict.gain,
+            verdict.why + f"; no more starts: its estimate is under the minimum effect after "
+            f"{FUTILE_AFTER} starts a side (futile)",
+        )  # fmt: skip
     if len(mine) >= max_starts and len(theirs) >= max_starts:
         return DONE, verdict
     if len(theirs) < len(mine):
