@@ -311,7 +311,8 @@ def _print_result(summary: dict) -> None:
             f"{gain['low']:.2f}-{gain['high']:.2f})"
         )
     if summary.get("confirmation"):
-        print(f"confirmation: {summary['confirmation']}")
+        detail = summary.get("confirmation_detail")
+        print(f"confirmation: {summary['confirmation']}" + (f": {detail}" if detail else ""))
     for line in summary.get("service") or []:
         print(line)
     print(f"stopped: {summary.get('stopped_by')}")

@@ -231,7 +231,9 @@ def test_apply_refuses_a_tune_measured_elsewhere_unless_forced(tmp_path):
     (run_dir / "tuned.yaml").write_text(yaml.safe_dump({"tuning": {"max_running_requests": 64}}))
     elsewhere = {"gpu_count": 1, "gpu_name": "cpu test engine", "model_path": "/m",
                  "model_architecture": "Qwen3Moe", "sglang_version": "0.5.11"}  # fmt: skip
-    (run_dir / "summary.json").write_text(json.dumps({"facts": {"identity": elsewhere}}))
+    (run_dir / "summary.json").write_text(json.dumps(
+        {"facts": {"identity": elsewhere}, "confirmed": True, "confirmation": "confirmed"}
+    ))  # fmt: skip
     refused = glm5svc(config, "tune", "apply", str(run_dir), "--no-restart", "--json")
     assert refused.returncode == 78, refused.stderr
     error = json.loads(refused.stdout)

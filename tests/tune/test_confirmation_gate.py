@@ -1,0 +1,182 @@
+"""No overlay unless confirmed: the real Search on the stand-in executor, its verdict on the
+best (confirmed, failed, cut, never run), what the writer leaves (tuned.yaml with the change
+only when confirmed, else words and `{}`), and `tune apply`'s answer to each."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from glm5svc.errors import EXIT_CONFIG
+from glm5svc.tune.apply import apply_tune
+from glm5svc.tune.confirmation import (
+    CONFIRMED,
+    CUT,
+    FAILED,
+    NO_CHANGE,
+    NOT_RUN,
+    of_run,
+    read_recalled,
+    remembered,
+)
+from glm5svc.tune.outputs import write_outputs
+from glm5svc.tune.search import Search, SearchSettings
+from glm5svc.tune.space import Knob, Space
+from glm5svc.tune.trial import TrialOutcome
+from tests.tune.test_search import Executor
+
+GRAPHS = "tuning.cuda_graph"
+SPACE = Space([Knob(GRAPHS, (True, False))], "test")
+START = {GRAPHS: True}
+
+
+def graphs_off(gain: float, confirming_gain: float | None = None, calls=None):
+    """Graphs off is `gain` better; in its confirming start (the third), `confirming_gain`."""
+
+    def model(candidate):
+        third = calls is not None and len(calls) >= 3
+        factor = confirming_gain if third and confirming_gain is not None else gain
+        return 5000.0 * (factor if not candidate[GRAPHS] else 1.0)
+
+    return model
+
+
+class Stopping(Executor):
+    """The stand-in engine, and a ^C (should_stop) raised at start `stop_at`: during it
+    (`during`, the start is cut as trial.py cuts one) or right after it ends."""
+
+    def __init__(self, model, stop_at: int, during: bool):
+        super().__init__(model)
+        self.stop_at, self.during, self.stopped = stop_at, during, False
+
+    def __call__(self, number, candidate, mapping, decide, deadline, live_values):
+        if number == self.stop_at and self.during:
+            self.calls.append((candidate, live_values))
+            self.stopped = True
+            return TrialOutcome("interrupted", failure="stopped while the engine was starting")
+        outcome = super().__call__(number, candidate, mapping, decide, deadline, live_values)
+        self.stopped = self.stopped or number == self.stop_at
+        return outcome
+
+
+def tune(run_dir: Path, executor, **settings):
+    """A Search and what the tune writes for it, as glm5svc/tune/session.py does."""
+    stop = getattr(executor, "stopped", None)
+    search = Search(
+        SPACE, {}, START, SearchSettings(**settings), run_dir, executor,
+        should_stop=(lambda: executor.stopped) if stop is not None else (lambda: False),
+    )  # fmt: skip
+    search.replay()
+    recalled = read_recalled(search.study.user_attrs)
+    search.run()
+    found = of_run(search, str(run_dir), recalled)
+    kept = remembered(found, search.best.number if search.best else None)
+    if kept:
+        search.study.set_user_attr("confirmation", kept)
+    summary = write_outputs(
+        run_dir, search.records, search.best, START,
+        {**found.to_summary(), "stopped_by": search.stopped_by}, search.settings,
+        lambda a, b: search.combo_key(a) == search.combo_key(b), search.combo_key,
+    )  # fmt: skip
+    return search, summary
+
+
+def config(tmp_path: Path) -> Path:
+    path = tmp_path / "glm5.yaml"
+    path.write_text("tuning: {cuda_graph: true}\n")
+    return path
+
+
+def refused(run_dir: Path, config_path: Path) -> str:
+    with pytest.raises(Exception) as caught:
+        apply_tune(run_dir, str(config_path), restart=False, force=True)
+    assert getattr(caught.value, "exit_status", None) == EXIT_CONFIG
+    return str(caught.value)
+
+
+def test_a_confirmed_best_writes_its_overlay_and_apply_applies_it(tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    search, summary = tune(run_dir, Executor(graphs_off(1.3)))
+    assert (summary["confirmed"], summary["confirmation"]) == (True, CONFIRMED)
+    assert summary["confirmation_detail"].startswith("confirmed by a fresh start (start 2)")
+    assert summary["confirmation_command"] is None
+    assert yaml.safe_load((run_dir / "tuned.yaml").read_text()) == {"tuning": {"cuda_graph": False}}
+    assert summary["overlay"] == summary["best_changes"] == {"tuning": {"cuda_graph": False}}
+    path = config(tmp_path)
+    assert apply_tune(run_dir, str(path), restart=False, force=True)["changed"]
+    assert yaml.safe_load(path.read_text()) == {"tuning": {"cuda_graph": False}}
+
+
+def test_a_confirmation_that_does_not_bear_the_gain_out_writes_no_overlay(tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    executor = Executor(lambda c: 0.0)
+    executor.model = graphs_off(1.3, confirming_gain=1.0, calls=executor.calls)
+    search, summary = tune(run_dir, executor)
+    assert len(executor.calls) == 3 and search.confirmed is False
+    assert (summary["confirmed"], summary["confirmation"]) == (False, FAILED)
+    assert "its gain was not reproduced by a fresh engine start" in summary["confirmation_detail"]
+    assert summary["overlay"] == {} and summary["best_changes"] == {"tuning": {"cuda_graph": False}}
+    tuned = (run_dir / "tuned.yaml").read_text()
+    assert yaml.safe_load(tuned) == {} and "Nothing to apply: the confirmation failed" in tuned
+    assert "cuda_graph: false" in tuned  # what the best would change, as a comment
+    said = refused(run_dir, config(tmp_path))
+    assert "the confirmation failed: its gain was not reproduced" in said
+    assert "--resume" not in said  # a resume would not confirm it
+
+
+@pytest.mark.parametrize(("during", "status"), [(True, CUT), (False, NOT_RUN)])
+def test_a_confirmation_cut_or_never_run_writes_no_overlay_and_a_resume_makes_it(
+    tmp_path, during, status
+):
+    """^C during the confirming start (start 2), or right after the candidate's start (the
+    confirmation never begins): no overlay, apply refuses naming it and the resume that
+    confirms it; that resume makes the confirming start, and then the overlay is written."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    executor = Stopping(graphs_off(1.3), stop_at=2 if during else 1, during=during)
+    search, summary = tune(run_dir, executor)
+    assert (summary["confirmed"], summary["confirmation"]) == (False, status)
+    assert summary["overlay"] == {} and yaml.safe_load((run_dir / "tuned.yaml").read_text()) == {}
+    command = summary["confirmation_command"]
+    assert command.startswith(f"glm5svc tune run --resume {run_dir} --budget ")
+    assert command in (run_dir / "tuned.yaml").read_text()
+    said = refused(run_dir, config(tmp_path))
+    headline = "was interrupted" if during else "never ran"
+    assert f"the confirmation {headline}" in said and command in said
+    assert "not reproduced" not in said
+
+    resumed = Executor(graphs_off(1.3))
+    search, summary = tune(run_dir, resumed)
+    assert [c for c, _ in resumed.calls] == [{GRAPHS: False}]  # the confirming start only
+    assert (summary["confirmed"], summary["confirmation"]) == (True, CONFIRMED)
+    assert summary["overlay"] == {"tuning": {"cuda_graph": False}}
+
+
+def test_a_resume_of_a_confirmed_run_keeps_its_confirmation(tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    tune(run_dir, Executor(graphs_off(1.3)))
+    again = Executor(graphs_off(1.3))
+    search, summary = tune(run_dir, again)
+    assert again.calls == []  # every setting measured, the best confirmed
+    assert (summary["confirmed"], summary["confirmation"]) == (True, CONFIRMED)
+    assert summary["confirmation_detail"].endswith("(an earlier run)")
+    assert summary["overlay"] == {"tuning": {"cuda_graph": False}}
+
+
+def test_nothing_better_than_the_start_is_no_change_and_apply_changes_nothing(tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    search, summary = tune(run_dir, Executor(graphs_off(0.5)))
+    assert (summary["confirmed"], summary["confirmation"]) == (False, NO_CHANGE)
+    assert summary["overlay"] == summary["best_changes"] == {}
+    path = config(tmp_path)
+    result = apply_tune(run_dir, str(path), restart=False, force=True)
+    assert result["changed"] == {} and "nothing to apply" in result["messages"][0]
+    assert path.read_text() == "tuning: {cuda_graph: true}\n"
+    assert json.loads((run_dir / "summary.json").read_text())["confirmation"] == NO_CHANGE
