@@ -14,17 +14,20 @@ from typing import Any
 
 from glm5svc.tune.evidence import setting_key
 
-CONFIRMED = "confirmed"  # a fresh start of the best reproduced its gain
-FAILED = "failed"  # the confirming start ran: the gain was not reproduced, or it failed
-CUT = "cut"  # the confirming start was interrupted: a signal, or the budget's deadline
-NOT_RUN = "not-run"  # owed, never started: the budget or --max-trials spent, or a signal
-UNCONFIRMED = "unconfirmed"  # no start confirmed the best, and the search owed it none
+CONFIRMED = "confirmed"  # a fresh test of the overlay as written bore its gain out
+FAILED = "failed"  # the fresh test ran: the gain was not reproduced, or its start failed
+CUT = "cut"  # the fresh test began and was interrupted: a signal, or the budget's deadline
+NOT_RUN = "not-run"  # owed, never begun: the budget or --max-trials spent, or a signal
 NO_CHANGE = "no-change"  # nothing measured better than the start: nothing to confirm
-STATUSES = (CONFIRMED, FAILED, CUT, NOT_RUN, UNCONFIRMED, NO_CHANGE)
-# A resume makes the owed confirming start (glm5svc/tune/search.py, Search.run).
+STATUSES = (CONFIRMED, FAILED, CUT, NOT_RUN, NO_CHANGE)
+# A resume makes the owed confirmation (glm5svc/tune/search.py, Search.run).
 RESUMABLE = (CUT, NOT_RUN)
-STUDY_ATTR = "confirmation"  # the study's record of its last verdict on the best
+# The fewest starts a confirmation by starts takes (the start's and the overlay's), and
+# two more when those leave it open (glm5svc/tune/search.py, Search._confirm_by_starts).
+CONFIRMING_STARTS = 4
 BUDGET_MARGIN_S = 15.0  # the stop and the outputs, within the budget (glm5svc/tune/session.py)
+# Search.confirmation_outcome's values (glm5svc/tune/search.py).
+SEARCH_CONFIRMED, SEARCH_NOT_CONFIRMED, SEARCH_CUT = "confirmed", "not confirmed", "cut"
 
 
 @dataclass(frozen=True)
@@ -46,48 +49,33 @@ class Confirmation:
         }
 
 
-def of_run(search: Any, run_dir: str, recalled: dict[str, Any] | None) -> Confirmation:
+def of_run(search: Any, run_dir: str) -> Confirmation:
     """The verdict on a Search's best once its run ended, with the command that would
-    confirm it; `recalled`: what an earlier run of this study found (read_recalled)."""
-    found = of_search(search, recalled)
+    confirm it."""
+    found = of_search(search)
     walls = {r.start: r.outcome.get("wall_s") or 0.0 for r in search.records
              if r.status == "measured" and r.start is not None}  # fmt: skip
     return with_command(found, run_dir, list(walls.values()))
 
 
-def of_search(search: Any, recalled: dict[str, Any] | None) -> Confirmation:
+def of_search(search: Any) -> Confirmation:
     best = search.best
     if best is None:
         return Confirmation(NO_CHANGE, "nothing was measured: there is no best")
     if setting_key(best.candidate) == setting_key(search.start):
         return Confirmation(NO_CHANGE, "no setting measured better than the start")
-    said = search.confirmation
-    if search.confirmed is True:
+    outcome, said = search.confirmation_outcome, search.confirmation or ""
+    if outcome == SEARCH_CONFIRMED:
         return Confirmation(CONFIRMED, said or "confirmed by a fresh start")
-    if search.confirmed is False:
-        later = [r for r in search.records
-                 if r.start is not None and best.start is not None and r.start > best.start
-                 and search.combo_key(r.candidate) == search.combo_key(best.candidate)]  # fmt: skip
-        confirming = later[-1] if later else None
-        if confirming is not None and confirming.status == "interrupted":
-            return Confirmation(CUT, f"its confirming start was cut ({search.stopped_by})")
-        if confirming is not None and confirming.status != "measured":
-            return Confirmation(
-                FAILED, f"its confirming start did not measure ({confirming.status}): {said}"
-            )
+    if outcome == SEARCH_NOT_CONFIRMED:
+        if "the confirming start failed" in said:
+            return Confirmation(FAILED, f"its confirming start did not measure: {said}")
         return Confirmation(FAILED, f"its gain was not reproduced by a fresh engine start: {said}")
-    if recalled and recalled.get("best") == best.number:
-        if recalled.get("status") in (CONFIRMED, FAILED):
-            return Confirmation(recalled["status"], f"{recalled.get('detail')} (an earlier run)")
-    if search.confirmation_owed():
-        why = said or f"no confirming start was made: {search.stopped_by}"
-        return Confirmation(NOT_RUN, why)
-    return Confirmation(
-        UNCONFIRMED,
-        said
-        or "no fresh start confirmed the best: the search started its combination again "
-        "before it was owed a confirmation",
-    )
+    why = said.partition("(")[2].removesuffix(")") or search.stopped_by or "the search ended"
+    confirming = [r for r in search.records if r.confirming and r.number > best.number]
+    if confirming and confirming[-1].status == "interrupted":
+        return Confirmation(CUT, f"its confirming start was cut: {why}")
+    return Confirmation(NOT_RUN, f"no confirming start was made: {why}")
 
 
 def with_command(confirmation: Confirmation, run_dir: str, walls: list[float]) -> Confirmation:
@@ -99,11 +87,13 @@ def with_command(confirmation: Confirmation, run_dir: str, walls: list[float]) -
 
 
 def resume_command(run_dir: str, start_walls: list[float]) -> str:
-    """`tune run --resume` with a budget for a confirming start: twice a start's mean wall
-    time, as measured, and the stop and outputs, in whole minutes (1 h when none is known)."""
+    """`tune run --resume` with a budget for the confirmation: CONFIRMING_STARTS at the
+    starts' mean wall time, as measured, and the stop and outputs, in whole minutes (1 h
+    when none is known)."""
     walls = [w for w in start_walls if w]
     if walls:
-        minutes = math.ceil((2 * sum(walls) / len(walls) + BUDGET_MARGIN_S) / 60)
+        mean = sum(walls) / len(walls)
+        minutes = math.ceil((CONFIRMING_STARTS * mean + BUDGET_MARGIN_S) / 60)
         budget = f"{minutes}m"
     else:
         budget = "1h"
@@ -121,24 +111,11 @@ def start_walls(trials: list[dict[str, Any]]) -> list[float]:
     return list(walls.values())
 
 
-def remembered(confirmation: Confirmation, best_number: int | None) -> dict[str, Any] | None:
-    """What the study keeps for a later run's recall (None: nothing worth keeping)."""
-    if best_number is None or confirmation.status not in (CONFIRMED, FAILED):
-        return None
-    return {"best": best_number, "status": confirmation.status, "detail": confirmation.detail}
-
-
-def read_recalled(user_attrs: dict[str, Any]) -> dict[str, Any] | None:
-    recalled = user_attrs.get(STUDY_ATTR)
-    return recalled if isinstance(recalled, dict) else None
-
-
 HEADLINES = {
     CONFIRMED: "confirmed by a fresh engine start",
     FAILED: "the confirmation failed",
     CUT: "the confirmation was interrupted",
     NOT_RUN: "the confirmation never ran",
-    UNCONFIRMED: "the best is not confirmed",
     NO_CHANGE: "no setting measured better than the start",
 }
 OLDER = (
@@ -155,8 +132,6 @@ def next_step(status: Any, command: str | None) -> str:
     """What would confirm a best that is not confirmed."""
     if status == FAILED:
         return "keep the current settings, or tune again (`glm5svc tune run`)"
-    if status == UNCONFIRMED:
-        return "tune again (`glm5svc tune run`) to measure it afresh"
     return f"to confirm it: `{command}`"
 
 

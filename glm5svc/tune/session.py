@@ -30,13 +30,7 @@ from glm5svc.nvml import NvmlUnavailable
 from glm5svc.preflight.gpu import list_gpu_processes
 from glm5svc.profiles import load_profile
 from glm5svc.serve.phases import start_breakdown
-from glm5svc.tune.confirmation import (
-    STUDY_ATTR,
-    Confirmation,
-    of_run,
-    read_recalled,
-    remembered,
-)
+from glm5svc.tune.confirmation import of_run
 from glm5svc.tune.estimate import Estimate, estimate
 from glm5svc.tune.guard import TakeOver
 from glm5svc.tune.host_figures import START_FILE, STARTS_DIR, estimate_inputs
@@ -245,7 +239,6 @@ class Tune:
         self.budget_spent: str | None = None
         self.guard.begin(self.config)
         search = None
-        recalled = None
         telemetry_status = None
         try:
             with telemetry_sampler(config=self.config) as (sampler, telemetry_status):
@@ -263,7 +256,6 @@ class Tune:
                     stop_reason=lambda: None if self.should_stop() else self.budget_spent,
                 )
                 search.replay()  # first: "begin" counts the trials from before
-                recalled = read_recalled(search.study.user_attrs)
                 self.on_progress("begin", {"run_dir": str(self.run_dir), "search": search})
                 search.run()
                 if self.budget_spent and not self.should_stop():
@@ -271,7 +263,7 @@ class Tune:
         finally:
             self.guard.restore()
             if search is not None:
-                confirmation = self._confirmation(search, recalled)
+                confirmation = of_run(search, str(self.run_dir))
                 self.summary = write_outputs(
                     self.run_dir,
                     search.records,
@@ -289,6 +281,7 @@ class Tune:
                         "plan": planned.to_dict(),
                         "stopped_by": search.stopped_by,
                         **confirmation.to_summary(),
+                        "confirmation_gain": search.confirmation_gain,
                         "timeline": {
                             "decided_s": round(search.picked_at - self.started, 1)
                             if search.picked_at
@@ -304,14 +297,6 @@ class Tune:
                     search.combo_key,
                 )
         return self.summary
-
-    def _confirmation(self, search: Search, recalled: dict[str, Any] | None) -> Confirmation:
-        """The verdict on the best, kept in the study for a resumed run's recall."""
-        found = of_run(search, str(self.run_dir), recalled)
-        kept = remembered(found, search.best.number if search.best else None)
-        if kept is not None:
-            search.study.set_user_attr(STUDY_ATTR, kept)
-        return found
 
     def _executor(self, workload: Workload, sampler, window_s: float | None, settle_s: float):
 

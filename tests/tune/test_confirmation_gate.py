@@ -12,16 +12,7 @@ import yaml
 
 from glm5svc.errors import EXIT_CONFIG
 from glm5svc.tune.apply import apply_tune
-from glm5svc.tune.confirmation import (
-    CONFIRMED,
-    CUT,
-    FAILED,
-    NO_CHANGE,
-    NOT_RUN,
-    of_run,
-    read_recalled,
-    remembered,
-)
+from glm5svc.tune.confirmation import CONFIRMED, CUT, FAILED, NO_CHANGE, NOT_RUN, of_run
 from glm5svc.tune.outputs import write_outputs
 from glm5svc.tune.search import Search, SearchSettings
 from glm5svc.tune.space import Knob, Space
@@ -33,55 +24,53 @@ SPACE = Space([Knob(GRAPHS, (True, False))], "test")
 START = {GRAPHS: True}
 
 
-def graphs_off(gain: float, confirming_gain: float | None = None, calls=None):
-    """Graphs off is `gain` better; in its confirming start (the third), `confirming_gain`."""
-
-    def model(candidate):
-        third = calls is not None and len(calls) >= 3
-        factor = confirming_gain if third and confirming_gain is not None else gain
-        return 5000.0 * (factor if not candidate[GRAPHS] else 1.0)
-
-    return model
+def graphs_off(gain: float, holds=lambda: True):
+    """Graphs off is `gain` better while `holds()`, else no better."""
+    return lambda c: 5000.0 * (gain if not c[GRAPHS] and holds() else 1.0)
 
 
 class Stopping(Executor):
-    """The stand-in engine, and a ^C (should_stop) raised at start `stop_at`: during it
-    (`during`, the start is cut as trial.py cuts one) or right after it ends."""
+    """The stand-in engine, and a ^C (should_stop) once graphs off is the best: at once
+    (`during` False: the confirmation never begins), or when the confirmation starts the
+    overlay (`during`: that start is cut, as trial.py cuts one)."""
 
-    def __init__(self, model, stop_at: int, during: bool):
+    def __init__(self, model, during: bool):
         super().__init__(model)
-        self.stop_at, self.during, self.stopped = stop_at, during, False
+        self.during, self.stopped, self.search = during, False, None
 
     def __call__(self, number, candidate, mapping, decide, deadline, live_values):
-        if number == self.stop_at and self.during:
+        if self.during and winning(self) and not candidate[GRAPHS]:
             self.calls.append((candidate, live_values))
             self.stopped = True
             return TrialOutcome("interrupted", failure="stopped while the engine was starting")
-        outcome = super().__call__(number, candidate, mapping, decide, deadline, live_values)
-        self.stopped = self.stopped or number == self.stop_at
-        return outcome
+        return super().__call__(number, candidate, mapping, decide, deadline, live_values)
+
+    def should_stop(self) -> bool:
+        return self.stopped or (not self.during and winning(self))
 
 
 def tune(run_dir: Path, executor, **settings):
     """A Search and what the tune writes for it, as glm5svc/tune/session.py does."""
-    stop = getattr(executor, "stopped", None)
+    stopping = isinstance(executor, Stopping)
     search = Search(
         SPACE, {}, START, SearchSettings(**settings), run_dir, executor,
-        should_stop=(lambda: executor.stopped) if stop is not None else (lambda: False),
+        should_stop=executor.should_stop if stopping else (lambda: False),
     )  # fmt: skip
+    executor.search = search
     search.replay()
-    recalled = read_recalled(search.study.user_attrs)
     search.run()
-    found = of_run(search, str(run_dir), recalled)
-    kept = remembered(found, search.best.number if search.best else None)
-    if kept:
-        search.study.set_user_attr("confirmation", kept)
+    found = of_run(search, str(run_dir))
     summary = write_outputs(
         run_dir, search.records, search.best, START,
         {**found.to_summary(), "stopped_by": search.stopped_by}, search.settings,
         lambda a, b: search.combo_key(a) == search.combo_key(b), search.combo_key,
     )  # fmt: skip
     return search, summary
+
+
+def winning(executor) -> bool:
+    best = executor.search.best if getattr(executor, "search", None) else None
+    return best is not None and best.candidate == {GRAPHS: False}
 
 
 def config(tmp_path: Path) -> Path:
@@ -100,9 +89,9 @@ def refused(run_dir: Path, config_path: Path) -> str:
 def test_a_confirmed_best_writes_its_overlay_and_apply_applies_it(tmp_path):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    search, summary = tune(run_dir, Executor(graphs_off(1.3)))
+    search, summary = tune(run_dir, Executor(graphs_off(3.0)))
     assert (summary["confirmed"], summary["confirmation"]) == (True, CONFIRMED)
-    assert summary["confirmation_detail"].startswith("confirmed by a fresh start (start 2)")
+    assert summary["confirmation_detail"].startswith("confirmed by a fresh test")
     assert summary["confirmation_command"] is None
     assert yaml.safe_load((run_dir / "tuned.yaml").read_text()) == {"tuning": {"cuda_graph": False}}
     assert summary["overlay"] == summary["best_changes"] == {"tuning": {"cuda_graph": False}}
@@ -114,10 +103,10 @@ def test_a_confirmed_best_writes_its_overlay_and_apply_applies_it(tmp_path):
 def test_a_confirmation_that_does_not_bear_the_gain_out_writes_no_overlay(tmp_path):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    executor = Executor(lambda c: 0.0)
-    executor.model = graphs_off(1.3, confirming_gain=1.0, calls=executor.calls)
+    executor = Executor(lambda c: 0.0)  # graphs off is better until it is the best
+    executor.model = graphs_off(3.0, holds=lambda: not winning(executor))
     search, summary = tune(run_dir, executor)
-    assert len(executor.calls) == 3 and search.confirmed is False
+    assert search.best.candidate == {GRAPHS: False} and search.confirmed is False
     assert (summary["confirmed"], summary["confirmation"]) == (False, FAILED)
     assert "its gain was not reproduced by a fresh engine start" in summary["confirmation_detail"]
     assert summary["overlay"] == {} and summary["best_changes"] == {"tuning": {"cuda_graph": False}}
@@ -133,12 +122,13 @@ def test_a_confirmation_that_does_not_bear_the_gain_out_writes_no_overlay(tmp_pa
 def test_a_confirmation_cut_or_never_run_writes_no_overlay_and_a_resume_makes_it(
     tmp_path, during, status
 ):
-    """^C during the confirming start (start 2), or right after the candidate's start (the
-    confirmation never begins): no overlay, apply refuses naming it and the resume that
-    confirms it; that resume makes the confirming start, and then the overlay is written."""
+    """^C during the confirmation's start of the overlay (start 3, after the start's fresh
+    one), or right after the candidate's start (the confirmation never begins): no overlay,
+    apply refuses naming it and the resume that confirms it; that resume makes the
+    confirmation, and then the overlay is written."""
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    executor = Stopping(graphs_off(1.3), stop_at=2 if during else 1, during=during)
+    executor = Stopping(graphs_off(3.0), during=during)
     search, summary = tune(run_dir, executor)
     assert (summary["confirmed"], summary["confirmation"]) == (False, status)
     assert summary["overlay"] == {} and yaml.safe_load((run_dir / "tuned.yaml").read_text()) == {}
@@ -150,9 +140,11 @@ def test_a_confirmation_cut_or_never_run_writes_no_overlay_and_a_resume_makes_it
     assert f"the confirmation {headline}" in said and command in said
     assert "not reproduced" not in said
 
-    resumed = Executor(graphs_off(1.3))
+    resumed = Executor(graphs_off(3.0))
     search, summary = tune(run_dir, resumed)
-    assert [c for c, _ in resumed.calls] == [{GRAPHS: False}]  # the confirming start only
+    # The confirmation only: fresh starts of the start and the overlay, as written.
+    assert [c for c, _ in resumed.calls][:2] == [START, {GRAPHS: False}]
+    assert all(r.confirming for r in search.records[-len(resumed.calls) :])
     assert (summary["confirmed"], summary["confirmation"]) == (True, CONFIRMED)
     assert summary["overlay"] == {"tuning": {"cuda_graph": False}}
 
@@ -160,12 +152,11 @@ def test_a_confirmation_cut_or_never_run_writes_no_overlay_and_a_resume_makes_it
 def test_a_resume_of_a_confirmed_run_keeps_its_confirmation(tmp_path):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    tune(run_dir, Executor(graphs_off(1.3)))
-    again = Executor(graphs_off(1.3))
+    tune(run_dir, Executor(graphs_off(3.0)))
+    again = Executor(graphs_off(3.0))
     search, summary = tune(run_dir, again)
     assert again.calls == []  # every setting measured, the best confirmed
     assert (summary["confirmed"], summary["confirmation"]) == (True, CONFIRMED)
-    assert summary["confirmation_detail"].endswith("(an earlier run)")
     assert summary["overlay"] == {"tuning": {"cuda_graph": False}}
 
 

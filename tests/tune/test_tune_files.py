@@ -205,15 +205,13 @@ RESUME = "glm5svc tune run --resume {run} --budget 3m"
           "confirmation_command": RESUME},
          ["the confirmation never ran: no confirming start was made: the time budget is spent",
           f"To confirm it: `{RESUME}`"]),
-        ({"confirmed": False, "confirmation": "unconfirmed", "confirmation_detail": "no start"},
-         ["the best is not confirmed: no start", "Tune again"]),
         # Older run directories: a status words only, or none at all; the resume's budget
-        # from the starts' measured wall time (twice 100 s, and the stop: 4 minutes).
+        # from the starts' measured wall time (four of 100 s, and the stop: 7 minutes).
         ({"confirmed": True, "confirmation": "confirmed by a fresh start (start 2)",
           "trials": [{"trial": 0, "start": 0, "setting": "(the start)", "status": "measured",
                       "runs": 4, "verdict": "the start", "best": False, "diagnosis": "",
                       "wall_s": 100.0}]},
-         ["records no confirmation", "--budget 4m"]),
+         ["records no confirmation", "--budget 7m"]),
         ({}, ["records no confirmation", "--budget 1h"]),
     ],
 )  # fmt: skip
