@@ -76,6 +76,8 @@ def register(subparsers):
         + ': JSON Lines, one request a line, e.g. {"input_len": 812, "output_len": 230}',
     )
     add_model_options(groups, SearchSettings)
+    # None when left out: a resume then gets what its run left of the budget it was given.
+    run.set_defaults(budget_s=None)
     groups[SEARCH].add_argument(
         "--space", help="search space file (default: glm5svc's, per target)"
     )
@@ -184,6 +186,7 @@ def _request(args):
         resume=Path(args.resume) if args.resume else None,
         take_over=args.take_over,
         disk_read_gbps=args.disk_read_gbps,
+        budget_given=args.budget_s is not None,
     )
 
 
