@@ -247,7 +247,11 @@ class Tune:
         planned, notes = self.plan(settings)
         if self.resumed_budget is not None:
             notes = [f"the budget of this resumed run: {self.resumed_budget.note}", *notes]
-        lines = planned.lines() + [f"plan: {note}" for note in notes]
+        lines = [
+            f"run directory: {self.run_dir} (while it runs: glm5svc tune show {self.run_dir})",
+            *planned.lines(),
+            *[f"plan: {note}" for note in notes],
+        ]
         self.on_progress("plan", {"lines": lines, "run_dir": str(self.run_dir)})
         full_space = self.space
         if planned.dropped:

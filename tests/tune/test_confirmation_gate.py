@@ -10,10 +10,13 @@ from pathlib import Path
 import pytest
 import yaml
 
+from glm5svc.cli import main
+from glm5svc.commands.tune import _print_result
 from glm5svc.errors import EXIT_CONFIG
 from glm5svc.tune.apply import apply_tune
 from glm5svc.tune.confirmation import CONFIRMED, CUT, FAILED, NO_CHANGE, NOT_RUN, of_run
 from glm5svc.tune.outputs import write_outputs
+from glm5svc.tune.report import result_lines
 from glm5svc.tune.search import Search, SearchSettings
 from glm5svc.tune.space import Knob, Space
 from glm5svc.tune.trial import TrialOutcome
@@ -171,3 +174,30 @@ def test_nothing_better_than_the_start_is_no_change_and_apply_changes_nothing(tm
     assert result["changed"] == {} and "nothing to apply" in result["messages"][0]
     assert path.read_text() == "tuning: {cuda_graph: true}\n"
     assert json.loads((run_dir / "summary.json").read_text())["confirmation"] == NO_CHANGE
+
+
+@pytest.mark.parametrize(
+    ("gain", "holds", "last"),
+    [
+        (3.0, True, "apply it: glm5svc tune apply "),
+        (3.0, False, "not applied: the confirmation failed: its gain was not reproduced"),
+        (0.5, True, "nothing to apply: no setting measured better than the start"),
+    ],
+)
+def test_tune_show_ends_with_the_head_lines_the_run_printed(tmp_path, capsys, gain, holds, last):
+    """The best, its gain, the confirmation, how it stopped, and apply it (or why nothing
+    is applied, in apply's words): the same at the run's end and in `tune show`."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    executor = Executor(lambda c: 0.0)
+    executor.model = graphs_off(gain, holds=lambda: holds or not winning(executor))
+    search, summary = tune(run_dir, executor)
+    _print_result(summary)
+    printed = capsys.readouterr().out.splitlines()
+    assert main(["tune", "show", str(run_dir)]) == 0
+    shown = capsys.readouterr().out.splitlines()
+    head = result_lines(summary)
+    assert printed[-len(head) :] == head == shown[-len(head) :]
+    assert head[0].startswith("best: trial ") and head[-1].startswith(last)
+    said = [line for line in head if line.startswith("confirmation: ")]
+    assert len(said) == (gain > 1)  # nothing to confirm when the start stays best

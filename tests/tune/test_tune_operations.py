@@ -154,11 +154,16 @@ def test_caches_make_the_second_start_faster_and_a_redirected_tune_says_so(
     assert plan_head in done.stderr
     head_adds_up(done.stderr)
     assert "trial 0 (" in done.stderr and "trial 1 ended: measured" in done.stderr
+    # The run directory before the first start, and the phase of the window measured.
+    said = f"run directory: {run_dir} (while it runs: glm5svc tune show {run_dir})"
+    assert said in done.stderr and done.stderr.index(said) < done.stderr.index(plan_head)
+    assert re.search(r"trial 0 \(.*\): window 2 \(", done.stderr), done.stderr[-3000:]
     log = (run_dir / "tune.log").read_text()
     assert plan_head in log and "trial 1 ended: measured" in log
 
     shown = glm5svc(config, "tune", "show", str(run_dir))
     assert shown.returncode == 0 and "engine start 1 (trial(s) 1): " in shown.stdout
+    assert "stopped: --max-trials 2 reached" in shown.stdout  # the run's own head lines
     (run_dir / "summary.json").unlink()  # as while it runs: the trials so far
     running = glm5svc(config, "tune", "show", str(run_dir), "--json")
     assert running.returncode == 0, running.stderr
