@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from glm5svc.tune.confirmation import NO_CHANGE, STATUSES, headline, refusal
+from glm5svc.tune.confirmation import CONFIRMED, NO_CHANGE, STATUSES, headline, refusal
 from glm5svc.tune.outputs import confidence_label
 
 STOPPED_BY_SIGNAL = "stopped by a signal"  # Search.run's stopped_by (glm5svc/tune/search.py)
@@ -28,8 +28,10 @@ def result_lines(summary: dict[str, Any]) -> list[str]:
     status, detail = summary.get("confirmation"), summary.get("confirmation_detail")
     if status == NO_CHANGE:
         pass  # said by the last line: nothing to apply
+    elif status == CONFIRMED and detail:
+        lines.append(f"confirmation: {detail}")
     elif status in STATUSES:
-        lines.append(f"confirmation: {headline(status)}" + (f": {detail}" if detail else ""))
+        lines.append(f"confirmation: {status}: {detail or headline(status)}")
     elif status:
         lines.append(f"confirmation: {status}")  # the words of an older glm5svc
     lines += [str(line) for line in summary.get("service") or []]
