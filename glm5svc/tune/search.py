@@ -161,17 +161,31 @@ class Search:
 
     def replay(self) -> int:
         """Records of an earlier run of this study; trials it left running count as
-        interrupted. Returns how many were found."""
+        interrupted. A screening start that was cut (interrupted, or left running) and not
+        measured since is measured again first (`again`); a cut confirmation is made
+        again by the confirmation itself. Returns how many records were found."""
+        cut: dict[str, dict[str, Value]] = {}  # combination: the candidate, to start again
         for frozen in self.study.get_trials(deepcopy=False):
+            marked = f"interrupted_{frozen.number}"
             if frozen.state == TrialState.RUNNING:
                 self.study.tell(frozen.number, state=TrialState.FAIL)
-                self.study.set_user_attr(f"interrupted_{frozen.number}", True)
+                self.study.set_user_attr(marked, True)
+            if self.study.user_attrs.get(marked):  # its params are the restart knobs
+                candidate = {**self.start, **frozen.params}
+                cut[self.combo_key(candidate)] = candidate
                 continue
             for data in saved_records(frozen.user_attrs):
                 record = TrialRecord.from_json(data)
                 self.records.append(record)
                 if record.became_best:
                     self.best = record
+                if record.start is None or record.confirming:
+                    continue
+                if record.status == "interrupted":
+                    cut.setdefault(self.combo_key(record.candidate), dict(record.candidate))
+                else:  # measured since: nothing to make up
+                    cut.pop(self.combo_key(record.candidate), None)
+        self.again += list(cut.values())
         decided = self.study.user_attrs.get("confirmation") or {}
         if self.best is not None and decided.get("best") == self.best.number:
             if decided.get("outcome") in (CONFIRMED, NOT_CONFIRMED):
