@@ -2,8 +2,9 @@
 
 One platform (MOLECULE_DISTRO, trixie by default). First the preconditions: site.yml without
 the vaulted API key, then without the container template, each stops before anything changes
-and names its fix (the fix for the template, `pveam download`, is then run). The first site.yml run ends with REBOOT
-REQUIRED and no failed task (nouveau holds a GPU, the driver is new, container 200 is created);
+and names its fix (the fix for the template, `pveam download`, is then run). The first
+site.yml run ends with REBOOT REQUIRED and no failed task (nouveau holds a GPU, the driver is
+new, container 200 is created);
 the stand-in system restarts; the second run writes the GPU lines, starts the container and runs
 the whole container play in it through the host (its user-space driver at the host's release,
 the venv, glm5.service with the test engine: active as glm5, /readyz 200). The upgrade play stops
