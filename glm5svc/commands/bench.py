@@ -23,6 +23,7 @@ from glm5svc.config import (
     rules_of,
 )
 from glm5svc.errors import ConfigError, Glm5Error
+from glm5svc.exit_codes import epilog
 from glm5svc.json_output import emit
 
 EXIT_STOPPED = 1
@@ -32,6 +33,7 @@ EXIT_REGRESSION = 3
 def register(subparsers):
     parser = subparsers.add_parser(
         "bench",
+        epilog=epilog("bench"),
         help="benchmark the running server over a concurrency ladder (sglang.bench_serving)",
         description=__doc__,
     )
@@ -108,6 +110,7 @@ def register(subparsers):
     sub = parser.add_subparsers(dest="bench_action", metavar="ACTION")
     compare = sub.add_parser(
         "compare",
+        epilog=epilog("bench compare"),
         help="compare run A with the baseline B (A is judged against B)",
         description=(
             "Compare A (the run to judge) with B (the baseline): each figure's change is "

@@ -18,6 +18,7 @@ from glm5svc import fleet
 from glm5svc.cli_options import Range, add_number, http_url
 from glm5svc.config import MAX_SECONDS, FleetSection, describe_error, load_config, read_api_key
 from glm5svc.errors import ConfigError, Glm5Error
+from glm5svc.exit_codes import epilog
 from glm5svc.http_fetch import FetchError, fetch_bytes
 from glm5svc.json_output import emit, schema_name
 from glm5svc.records import BenchmarkStatus, Diagnosis, RecordError, StatusDocument
@@ -35,6 +36,7 @@ RESET_HINT = (
 def register(subparsers):
     parser = subparsers.add_parser(
         "status",
+        epilog=epilog("status"),
         help=(
             "summarise the running service (exit 0 ready, 1 not ready, 3 unreachable, "
             "4 the answer is not a glm5svc status)"
