@@ -49,7 +49,7 @@ EXIT_CODES: dict[str, tuple[tuple[int, str], ...]] = {
         (1, "nothing was measured"),
         (
             75,
-            "the engine's port is held (a serving glm5.service, which take-over stops; else its pid)",
+            "the engine's port is held (a serving glm5.service: take it over; else its pid)",
         ),
         (78, "refused before it started (configuration, space, options, plan over budget)"),
         (143, "ended by SIGTERM (128 + the signal); a resume continues it"),
