@@ -26,8 +26,9 @@ anew by each run, which keeps the ports of the one before when they are free
 
 Sized to the CPU: the configuration's benchmark is a ladder of 4 and 16 at 64 tokens in, 16
 out, with windows of half a second, so a plain `glm5svc bench` takes under a minute; the tune
-space it writes beside it (`tune-space.yaml`, the running-request cap at 8 and 64, a live knob:
-one engine start) and the tune command it prints (TUNE_OPTIONS) finish in a few minutes.
+space it writes beside it (`tune-space.yaml`, the running-request cap at 4, the configuration's,
+and 64, a live knob: one engine start and the best's confirming start) and the tune command it
+prints (TUNE_OPTIONS) finish in a few minutes.
 The tune starts its own engines on the configuration's port: stop the try-out first.
 
     python3 -m testkit.try_out [--keep-running] [--short]
@@ -70,7 +71,7 @@ TUNE_SPACE_FILE = WORK / "tune-space.yaml"
 # The tune's workload and search, sized to the test engine on a CPU (one engine start for the
 # live cap's two values, its confirming start): minutes, not GLM-5's hours.
 CAP = "tuning.max_running_requests"
-TUNE_SPACE = {"knobs": [{"key": CAP, "values": [8, 64], "restart": False}]}
+TUNE_SPACE = {"knobs": [{"key": CAP, "values": [4, 64], "restart": False}]}
 TUNE_OPTIONS = [
     "--concurrency", "16", "--input-len", "64", "--output-len", "16", "--window", "1",
     "--settle", "0.5", "--min-repeats", "2", "--max-repeats", "4", "--max-trials", "2",
@@ -202,6 +203,8 @@ def write_config(work: Path, python: Path, bench_python: Path) -> Path:
             "results_dir": str(work / "results"),
         },
         "telemetry": {"enabled": False},
+        # A cap under the tune's concurrency (16): what the try-out's tune finds and applies.
+        "tuning": {"max_running_requests": 4},
         # A bench sized for the CPU (GLM-5's defaults, 64-2048 at 1,024 in and 512 out, take
         # hours here) with steady windows sized for the test engine (minutes a window on GLM-5).
         "benchmark": {

@@ -268,6 +268,17 @@ def apply_tune(
         raise ConfigError(f"{path}: the top level must be a mapping of sections")
     forced = _check_measured_here(Path(run_dir), config_from_mapping(original, str(path)), force)
     merged = apply_candidate(original, overlay_as_candidate(overlay))
+    if merged == original:  # applied before: no new file, no backup, no restart
+        return {
+            "config": str(path),
+            "changed": {},
+            "already_applied": True,
+            "messages": [
+                *forced,
+                f"already applied: {path} holds every setting of {tuned}; nothing written, "
+                "no backup made, nothing restarted",
+            ],
+        }
     config = config_from_mapping(merged, f"{path} with {tuned}")
     try:
         plan_for_service(config)

@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parents[2]
 KEPT = "serve keeps running"
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(600)
 def test_the_try_out_serves_reports_benchmarks_and_stops_cleanly(tmp_path):
     build_bench_serving_venv()  # the try-out reuses the tests' bench_serving venv
     run = subprocess.Popen(
@@ -40,11 +40,12 @@ def test_the_try_out_serves_reports_benchmarks_and_stops_cleanly(tmp_path):
     written = Path(config_path).read_text()  # before tune apply changes it
     try:
         assert KEPT in "".join(lines), "".join(lines)
-        first_hour(tmp_path, "".join(lines))
+        env = first_hour(tmp_path, "".join(lines))
     finally:
         run.send_signal(signal.SIGINT)  # ^C, as the try-out says
         out = "".join(lines) + run.communicate(timeout=60)[0]
     assert run.returncode == 0, out
+    tune_and_apply_twice(tmp_path, out, env)
     assert re.search(r"try: ready after [\d.]+ s; glm5svc status:\nglm5svc \S+: serving\n", out)
     assert "ready: yes" in out and "KV pool: " in out
     # What it is: the CPU test engine, not a deployment's sglang on 8 GPUs.
@@ -76,7 +77,7 @@ def first_hour(tmp_path: Path, out: str) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "GLM5SVC_CONFIG")}
     for name, value in (part.split("=", 1) for part in shlex.split(export.group(1))):
         env[name] = value.replace("$PATH", env["PATH"])
-    config = Path(env["GLM5SVC_CONFIG"])
+    assert Path(env["GLM5SVC_CONFIG"]) == try_out.CONFIG  # the same path every run
 
     def glm5svc(*argv: str, program: tuple[str, ...] = ("glm5svc",)):
         return subprocess.run([*program, *argv], capture_output=True, text=True, cwd=tmp_path,
@@ -111,16 +112,39 @@ def first_hour(tmp_path: Path, out: str) -> None:
     assert verdict["judged"] is True, verdict["text"]
     assert all(row["judged"] or row["why_not_judged"] for row in verdict["rows"])
     assert judged.returncode == (3 if verdict["regressed"] else 0), judged.stderr
-    # tune apply on the try-out's (JSON-style) configuration: block YAML it still reads.
+    return env
+
+
+def tune_and_apply_twice(tmp_path: Path, out: str, env: dict[str, str]) -> None:
+    """Once serve is stopped, the tune the try-out printed (sized to this machine), its
+    overlay applied, and applied again: the second changes nothing."""
+    said = re.search(r"^try: a tune sized to this machine, .*?: (glm5svc tune run .*)$", out,
+                     re.MULTILINE).group(1)  # fmt: skip
+    config = Path(env["GLM5SVC_CONFIG"])
     run_dir = tmp_path / "tune"
-    run_dir.mkdir()
-    (run_dir / "tuned.yaml").write_text("tuning: {max_running_requests: 64}\n")
-    (run_dir / "summary.json").write_text("{}")  # measured nowhere known: --force
-    applied = glm5svc("tune", "apply", str(run_dir), "--no-restart", "--force")
+
+    def glm5svc(*argv: str):
+        return subprocess.run(["glm5svc", *argv], capture_output=True, text=True, cwd=tmp_path,
+                              env=env, timeout=280)  # fmt: skip
+
+    tuned = glm5svc(*shlex.split(said)[1:], "--run-dir", str(run_dir), "--json")
+    assert tuned.returncode == 0, tuned.stderr[-3000:]
+    # The configuration's cap of 4 bounds 16 concurrent requests: 64 wins, confirmed.
+    assert json.loads(tuned.stdout)["overlay"] == {"tuning": {"max_running_requests": 64}}
+    applied = glm5svc("tune", "apply", str(run_dir), "--no-restart", "--json")
     assert applied.returncode == 0, applied.stderr
     lines = config.read_text().splitlines()
     assert lines[0].startswith("# Tuned by") and "  max_running_requests: 64" in lines
-    assert max(len(line) for line in lines[1:]) < 100  # one key a line, not one flow line
+    assert max(len(line) for line in lines[1:]) < 100  # block YAML, one key a line
+    backups = sorted(config.parent.glob(f"{config.name}.before-tune-*"))
+    before = config.read_bytes()
+    again = glm5svc("tune", "apply", str(run_dir), "--no-restart", "--json")
+    assert again.returncode == 0, again.stderr
+    answer = json.loads(again.stdout)
+    assert answer["changed"] == {} and answer["already_applied"] is True
+    assert any("already applied" in m for m in answer["messages"])
+    assert config.read_bytes() == before
+    assert sorted(config.parent.glob(f"{config.name}.before-tune-*")) == backups
     assert glm5svc("validate").returncode == 0
 
 
