@@ -41,7 +41,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from glm5svc.student_t import t_quantile
+from glm5svc.tune.stats import student_t_quantile as t_quantile
 
 BETTER, WORSE, EQUIVALENT, UNDECIDED = "better", "worse", "equivalent", "undecided"
 # The prior on the start-to-start spread (relative), and the weight (pseudo-starts' degrees
