@@ -108,10 +108,15 @@ def first_hour(tmp_path: Path, out: str) -> None:
     # One real pair of runs of the unchanged engine (the try-out's, then this): judged on
     # their steady windows, each figure judged or saying why not, the exit its verdict's
     # (tests/bench/test_regression_gate.py: at most 5 % of such pairs fail).
+    # On a busy CI machine the windows can vary too much to judge: the gate then says so and
+    # does not pass; it never calls noise a regression it could not see.
     verdict = json.loads(judged.stdout)["verdicts"]["baseline"]
-    assert verdict["judged"] is True, verdict["text"]
     assert all(row["judged"] or row["why_not_judged"] for row in verdict["rows"])
-    assert judged.returncode == (3 if verdict["regressed"] else 0), judged.stderr
+    if verdict["judged"]:
+        assert judged.returncode == (3 if verdict["regressed"] else 0), judged.stderr
+    else:
+        assert verdict["text"].startswith("cannot judge") and "windows vary" in verdict["text"]
+        assert judged.returncode == 3 and not verdict["regressed"]
     return env
 
 
