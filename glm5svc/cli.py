@@ -23,6 +23,7 @@ COMMAND_MODULES = [
     "patch",
     "preflight",
     "provision",
+    "rules",
     "serve",
     "status",
     "telemetry",
