@@ -4,9 +4,10 @@ For tests/monitoring and testkit/dashboard_render.py: a private config, data dir
 port (never the packaged daemon's 9090 or /var/lib/prometheus), short scrape and rule
 intervals, and the scrape jobs docs/observability.md gives an operator (`scrape_jobs`).
 
-    python -m testkit.prometheus targets URL [--wait S]   # scripts/lab up --monitoring
+    python -m testkit.prometheus targets URL [--wait S] [--alertmanagers N]   # scripts/lab
 
-prints a running Prometheus' targets and exits 1 unless every one is up within S seconds.
+prints a running Prometheus' targets and exits 1 unless every one is up within S seconds (and
+it sends its alerts to N Alertmanagers).
 """
 
 from __future__ import annotations
@@ -165,18 +166,41 @@ def targets_at(url: str) -> list[dict]:
     return json.loads(body)["data"]["activeTargets"]
 
 
+def alertmanagers_at(url: str) -> list[str]:
+    """The Alertmanagers the Prometheus at `url` sends alerts to, [] while it does not answer."""
+    try:
+        body = fetch_bytes(f"{url}/api/v1/alertmanagers", timeout_s=5)[1]
+    except FetchError:
+        return []
+    return [am["url"] for am in json.loads(body)["data"]["activeAlertmanagers"]]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m testkit.prometheus")
     parser.add_argument("what", choices=["targets"])
     parser.add_argument("url", help="the Prometheus, e.g. http://127.0.0.1:9230")
     parser.add_argument("--wait", type=float, default=60.0, help="seconds to wait for all up")
+    parser.add_argument(
+        "--alertmanagers", type=int, default=0, help="how many Alertmanagers it must reach"
+    )
     args = parser.parse_args(argv)
     deadline = time.monotonic() + args.wait
     while True:
         targets = targets_at(args.url)
-        if (targets and all(t["health"] == "up" for t in targets)) or time.monotonic() > deadline:
+        reached = alertmanagers_at(args.url)
+        if (
+            targets
+            and all(t["health"] == "up" for t in targets)
+            and len(reached) >= args.alertmanagers
+        ) or time.monotonic() > deadline:
             break
         time.sleep(1)
+    for url in reached:
+        print(f"alertmanager {url}")
+    if len(reached) < args.alertmanagers:
+        print(f"{args.url}: reaches {len(reached)} Alertmanagers, not {args.alertmanagers}",
+              file=sys.stderr)  # fmt: skip
+        return 1
     for target in targets:
         job, instance = target["labels"].get("job", "?"), target["labels"].get("instance", "?")
         error = target.get("lastError", "")
