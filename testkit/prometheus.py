@@ -43,12 +43,15 @@ INSTANCE_RELABEL = {
 
 
 def binary(name: str) -> str:
-    """The path of `prometheus` or `promtool`, or an error naming the package to install."""
+    """The path of `prometheus`, `promtool`, `prometheus-alertmanager` or `amtool`, or an
+    error naming the Debian package to install."""
     found = shutil.which(name) or shutil.which(name, path="/usr/bin:/usr/sbin")
     if found is None:
+        alertmanager = name in ("amtool", "prometheus-alertmanager")
+        package = "prometheus-alertmanager" if alertmanager else "prometheus"
         raise RuntimeError(
-            f"{name} not found: install Debian's prometheus package "
-            "(`apt-get install prometheus`; scripts/setup-dev.sh does as root)"
+            f"{name} not found: install Debian's {package} package "
+            f"(`apt-get install {package}`; scripts/setup-dev.sh does as root)"
         )
     return found
 
@@ -81,22 +84,28 @@ def wait_for(condition: Callable[[], Any], timeout_s: float, what: str, poll_s: 
 class Prometheus:
     """`prometheus` with its own config, rules, data directory and loopback port."""
 
-    def __init__(self, workdir: Path, jobs: list[dict], rule_files: list[Path], interval_s=1):
+    def __init__(
+        self,
+        workdir: Path,
+        jobs: list[dict],
+        rule_files: list[Path],
+        interval_s=1,
+        alertmanagers: tuple[str, ...] = (),
+    ):
         self.workdir = workdir
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.config = workdir / "prometheus.yml"
         interval = f"{interval_s}s"
-        self.config.write_text(
-            yaml.safe_dump(
-                {
-                    "global": {"scrape_interval": interval, "evaluation_interval": interval},
-                    "rule_files": [str(path) for path in rule_files],
-                    "scrape_configs": jobs,
-                },
-                sort_keys=False,
-            )
-        )
+        config = {
+            "global": {"scrape_interval": interval, "evaluation_interval": interval},
+            "rule_files": [str(path) for path in rule_files],
+            "scrape_configs": jobs,
+        }
+        if alertmanagers:  # host:port of each, as the monitoring role writes it
+            targets = [{"targets": list(alertmanagers)}]
+            config["alerting"] = {"alertmanagers": [{"static_configs": targets}]}
+        self.config.write_text(yaml.safe_dump(config, sort_keys=False))
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> Prometheus:
@@ -107,6 +116,9 @@ class Prometheus:
                 f"--config.file={self.config}",
                 f"--storage.tsdb.path={self.workdir / 'data'}",
                 f"--web.listen-address=127.0.0.1:{self.port}",
+                # Firing alerts again every second, not every minute: one sent before the
+                # Alertmanager was discovered is dropped, and the next must not be far.
+                "--rules.alert.resend-delay=1s",
                 "--log.level=warn",
             ],
             stdout=log,
