@@ -1,5 +1,8 @@
 """The Grafana dashboard for glm5svc, as code (Grafana's Python SDK, grafana-foundation-sdk).
 
+Longer than 400 lines: the panels are data, one PanelSpec each, in the order Grafana shows
+them; split, a row's panels would be spread over files.
+
     python -m testkit.dashboard          # write glm5svc/data/monitoring/glm5svc-dashboard.json
     python -m testkit.dashboard --check  # exit 1 when the committed JSON differs
 
