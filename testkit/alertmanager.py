@@ -16,9 +16,8 @@ from pathlib import Path
 
 import yaml
 
-from glm5svc.http_fetch import FetchError, fetch_bytes
 from testkit.engine import free_port, stop_process
-from testkit.prometheus import binary, wait_for
+from testkit.prometheus import binary, start_ready
 
 
 class WebhookReceiver:
@@ -93,8 +92,7 @@ class Alertmanager:
         )  # fmt: skip
         if check.returncode != 0:
             raise RuntimeError(f"amtool check-config: {check.stdout}{check.stderr}")
-        log = open(self.workdir / "alertmanager.log", "wb")  # noqa: SIM115 - the child's
-        self.proc = subprocess.Popen(
+        self.proc = start_ready(
             [
                 binary("prometheus-alertmanager"),
                 f"--config.file={self.config}",
@@ -103,22 +101,10 @@ class Alertmanager:
                 "--cluster.listen-address=",
                 "--log.level=warn",
             ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
+            self.workdir / "alertmanager.log",
+            f"http://{self.address}",
         )
-        log.close()
-        wait_for(self._ready, 30, "Alertmanager to answer /-/ready")
         return self
-
-    def _ready(self) -> bool:
-        if self.proc.poll() is not None:
-            log = (self.workdir / "alertmanager.log").read_text(errors="replace")
-            raise RuntimeError(f"alertmanager exited with {self.proc.returncode}: {log[-2000:]}")
-        try:
-            return fetch_bytes(f"http://{self.address}/-/ready", timeout_s=2)[0] == 200
-        except FetchError:
-            return False
 
     def stop(self) -> None:
         stop_process(self.proc, 10)

@@ -69,6 +69,27 @@ def scrape_jobs(listeners: list[str], engines: list[str]) -> list[dict]:
     ]
 
 
+def start_ready(argv: list[str], log_path: Path, url: str) -> subprocess.Popen:
+    """Start a Prometheus-style daemon (its output to `log_path`) and wait until `url`
+    answers /-/ready; its exit first is an error with the log's end."""
+    with open(log_path, "wb") as log:  # the child keeps its own descriptor
+        proc = subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )  # fmt: skip
+
+    def ready() -> bool:
+        if proc.poll() is not None:
+            text = log_path.read_text(errors="replace")[-2000:]
+            raise RuntimeError(f"{Path(argv[0]).name} exited with {proc.returncode}: {text}")
+        try:
+            return fetch_bytes(url + "/-/ready", timeout_s=2)[0] == 200
+        except FetchError:
+            return False
+
+    wait_for(ready, 30, f"{Path(argv[0]).name} to answer /-/ready")
+    return proc
+
+
 def wait_for(condition: Callable[[], Any], timeout_s: float, what: str, poll_s: float = 0.2):
     """Poll `condition` until it returns something true; that value, or AssertionError."""
     deadline = time.monotonic() + scaled(timeout_s)
@@ -109,8 +130,7 @@ class Prometheus:
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> Prometheus:
-        log = open(self.workdir / "prometheus.log", "wb")  # noqa: SIM115 - the child's
-        self.proc = subprocess.Popen(
+        self.proc = start_ready(
             [
                 binary("prometheus"),
                 f"--config.file={self.config}",
@@ -121,22 +141,10 @@ class Prometheus:
                 "--rules.alert.resend-delay=1s",
                 "--log.level=warn",
             ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
+            self.workdir / "prometheus.log",
+            self.url,
         )
-        log.close()
-        wait_for(self._ready, 30, "Prometheus to answer /-/ready")
         return self
-
-    def _ready(self) -> bool:
-        if self.proc.poll() is not None:
-            log = (self.workdir / "prometheus.log").read_text(errors="replace")
-            raise RuntimeError(f"prometheus exited with {self.proc.returncode}: {log[-2000:]}")
-        try:
-            return fetch_bytes(self.url + "/-/ready", timeout_s=2)[0] == 200
-        except FetchError:
-            return False
 
     def api(self, path: str, **params) -> Any:
         query = f"?{urllib.parse.urlencode(params)}" if params else ""
