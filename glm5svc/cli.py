@@ -24,6 +24,7 @@ COMMAND_MODULES = [
     "patch",
     "preflight",
     "provision",
+    "rules",
     "serve",
     "status",
     "telemetry",

@@ -31,6 +31,8 @@ from glm5svc.cli_options import Number, config_number, subparsers_of
 from glm5svc.config import Config, example_config_path
 from glm5svc.exit_codes import EXIT_CODES, codes_of
 from glm5svc.metrics_catalog import table as metrics_table
+from glm5svc.monitoring_rules import SHIPPED as SHIPPED_RULES
+from glm5svc.monitoring_rules import render_text as rules_text
 
 REPO = Path(__file__).resolve().parent.parent
 WIDTH = 92
@@ -309,6 +311,7 @@ def generated_files() -> dict[Path, str]:
         REPO / "docs" / "cli.md": cli_reference(),
         REPO / "docs" / "metrics.md": metrics_reference(),
         REPO / "docs" / "reliability.md": reliability_doc(),
+        SHIPPED_RULES: rules_text(Config().monitoring),
     }
 
 
