@@ -103,6 +103,8 @@ Noise across runs and starts, for testing measurement methods (all multiply the 
   drift=FRACTION        the step grows by FRACTION per minute of serving, linearly
   slow=FACTOR           every step takes FACTOR times as long (a setting that serves worse
                         than it measured: the night's rollback tests)
+  mode-file=PATH        more items, read from PATH at start (absent: none); what a test's
+                        service manager changes between two starts of the same command
 Caches that make a second start faster, in the cache folder ($SGLANG_CACHE_DIR, else
 $XDG_CACHE_HOME/sglang, else ~/.cache/sglang):
   jit=SECONDS           a start with no marker for its kernel flags (attention and MoE
@@ -487,6 +489,8 @@ def parse_args(argv: list[str]):
     args, unknown = parser.parse_known_args(merge_config_file(argv))
     args.unknown = unknown
     args.mode = parse_mode(args.test_mode)
+    if args.mode.get("mode-file") and Path(args.mode["mode-file"]).is_file():
+        args.mode.update(parse_mode(Path(args.mode["mode-file"]).read_text().strip()))
     return args
 
 
