@@ -1,5 +1,8 @@
 """What one layer hands another: frozen, typed records, each with one writer and one reader.
 
+Longer than 400 lines: every record that crosses the layers lives here, in one module, so
+that tests/structure/test_records.py can hold the rule that no one else reads them by key.
+
     record = LastRun(ended_at=now_utc(), exit_status=0, message="stopped by SIGTERM: drained")
     write_atomic(path, record.to_json(), mode=0o600)      # the one writer: serve
     LastRun.from_json(path.read_text())                   # the one reader: serve, preflight, tune
@@ -40,6 +43,9 @@ from typing import Any, ClassVar, TypeVar
 
 LAST_RUN_FILE = "serve-last-run.json"
 LAST_NIGHT_FILE = "night-last.json"
+# Present while this replica's night holds its turn behind the gateway (glm5svc/night/
+# fleet_turn.py); /metrics shows it as glm5svc_night_turn.
+NIGHT_TURN_FILE = "night-turn"
 # How a night ends (glm5svc night): tuned (the confirmed overlay serves, no worse than the
 # evening), rolled_back (the morning was worse or did not come up: the evening's
 # configuration serves again), unchanged (nothing confirmed to apply), stopped (an operator

@@ -26,9 +26,10 @@ from glm5svc import paths
 from glm5svc.cli_options import Range, add_number
 from glm5svc.errors import ConfigError
 from glm5svc.json_output import emit
-from glm5svc.tune.settings import WorkloadOptions
 
 NIGHT_BUDGET_S = 8 * 3600.0
+# The tune's own default (WorkloadOptions.concurrency; tests/night checks they agree).
+DEFAULT_CONCURRENCY = 256
 DEFAULT_WINDOWS = 3
 
 
@@ -96,7 +97,7 @@ def _night_options(parser) -> None:
         "--concurrency",
         kind=int,
         range=Range(1, False),
-        default=WorkloadOptions.model_fields["concurrency"].default,
+        default=DEFAULT_CONCURRENCY,
         help="target concurrency",
     )
     add_number(
@@ -144,30 +145,31 @@ def _prepared(args):
     return config, str(config_path), workload
 
 
-def _plan(args, folder: Path):
+def _plan(args):
+    """The night's plan; the tune's --plan runs leave their logs in a scratch folder."""
+    import tempfile
+
     from glm5svc.night.chain import workload_args
     from glm5svc.night.plan import night_plan
 
     config, config_path, workload = _prepared(args)
-    plan = night_plan(
-        config,
-        config_path,
-        workload_args(workload, tune=True),
-        args.tune_args,
-        args.windows,
-        args.budget_s,
-        folder,
-    )
+    with tempfile.TemporaryDirectory(prefix="glm5svc-night-plan-") as scratch:
+        plan = night_plan(
+            config,
+            config_path,
+            workload_args(workload, tune=True),
+            args.tune_args,
+            args.windows,
+            args.budget_s,
+            Path(scratch),
+        )
     return config, config_path, workload, plan
 
 
 def run_plan(args) -> int:
-    import tempfile
-
     from glm5svc.night.plan import plan_lines
 
-    with tempfile.TemporaryDirectory(prefix="glm5svc-night-plan-") as scratch:
-        _, _, workload, plan = _plan(args, Path(scratch))
+    _, _, workload, plan = _plan(args)
     if args.json:
         emit(args.json_schema, {**plan, "workload": workload})
     else:
@@ -190,9 +192,9 @@ def run_begin(args) -> int:
             f"a night is in progress: {running}; `glm5svc night status` shows it, "
             "`glm5svc night stop` ends it"
         )
+    config, config_path, workload, plan = _plan(args)
     folder = Path(args.night_dir) if args.night_dir else new_run_dir(results, "", NIGHTS_FOLDER)
     folder.mkdir(parents=True, exist_ok=True)
-    config, config_path, workload, plan = _plan(args, folder)
     began = datetime.now(UTC)
     state = NightState(
         night_dir=folder.absolute(),

@@ -30,8 +30,9 @@ from glm5svc.fleet import read_fleet
 from glm5svc.http_fetch import FetchError, fetch_text
 from glm5svc.metrics_text import MetricsTextError, parse_metrics
 from glm5svc.night.children import Stopped
+from glm5svc.records import NIGHT_TURN_FILE
 
-TURN_FILE = "night-turn"
+TURN_FILE = NIGHT_TURN_FILE
 TURN_METRIC = "glm5svc_night_turn"
 POLL_S = 5.0
 BACK_IN_ROTATION_WAIT_S = 600.0
