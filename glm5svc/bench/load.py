@@ -16,6 +16,11 @@ bench_serving's --random-range-ratio: with a fixed length, the requests of a sta
 in waves), or in turn from a recorded workload's lengths (benchmark.request_file).
 Every answer is awaited whole (`ignore_eos`, no streaming): the figures come from the
 engine's counters, so the client parses one JSON object per request and nothing more.
+But sglang sends a non-streamed request's output once, when it finishes, and its TTFT
+histogram records that first output chunk: for such requests it is the whole request's
+latency, not the first token's. So `latency_probes` of the workers stream instead, and
+time what a streaming client sees: the first token (TTFT) and the gaps between the
+following ones (inter-token latency). Latency limits are judged on those.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ class LoadShape:
     vocab_size: int = 32_000
     lengths: Sequence[tuple[int, int]] = ()  # a recorded workload's (input, output), in turn
     prefix_share: float = 0.0  # benchmark.prefix_sharing: this share of each prompt is common
+    latency_probes: int = 0  # workers that stream and time their first token and the rest
 
     def describe(self) -> str:
         if self.lengths:
@@ -66,12 +72,25 @@ def _low(length: int, ratio: float) -> int:
     return max(1, int(length * ratio))
 
 
+@dataclass(frozen=True)
+class StreamedLatency:
+    """One streamed request as its client saw it."""
+
+    ended_at: float  # time.monotonic() of its last chunk
+    ttft_s: float  # from sending to the first chunk that carries output
+    itl_s: float | None  # mean gap between the later output chunks (None: one chunk)
+
+
 @dataclass
 class LoadCounts:
     sent: int = 0
     completed: int = 0
     failed: int = 0
     errors: list[str] = field(default_factory=list)
+    streamed: list[StreamedLatency] = field(default_factory=list)
+
+    def streamed_between(self, start: float, end: float) -> list[StreamedLatency]:
+        return [s for s in list(self.streamed) if start < s.ended_at <= end]
 
 
 class ContinuousLoad:
@@ -131,7 +150,7 @@ class ContinuousLoad:
             rng.randint(_low(shape.output_len, shape.range_ratio), shape.output_len),
         )
 
-    def _body(self, rng: random.Random) -> bytes:
+    def _body(self, rng: random.Random, stream: bool) -> bytes:
         input_len, output_len = self._lengths(rng)
         common = min(input_len - 1, int(self.shape.prefix_share * input_len))
         ids = self._shared[:common]
@@ -144,15 +163,16 @@ class ContinuousLoad:
                     "ignore_eos": True,
                     "temperature": 0.0,
                 },
-                "stream": False,
+                "stream": stream,
             }
         ).encode()
 
     def _work(self, index: int) -> None:
         rng = random.Random(f"{self.seed}/{index}")
+        stream = index < self.shape.latency_probes
         connection: http.client.HTTPConnection | None = None
         while not self._stop.is_set():
-            body = self._body(rng)
+            body = self._body(rng, stream)
             with self._lock:
                 self.counts.sent += 1
             try:
@@ -160,13 +180,16 @@ class ContinuousLoad:
                     connection = http.client.HTTPConnection(
                         self.host, self.port, timeout=REQUEST_TIMEOUT_S
                     )
+                sent_at = time.monotonic()
                 connection.request("POST", "/generate", body=body, headers=self.headers)
                 response = connection.getresponse()
-                answer = response.read()
                 if response.status != 200:
-                    raise OSError(f"HTTP {response.status}: {answer[:120]!r}")
+                    raise OSError(f"HTTP {response.status}: {response.read()[:120]!r}")
+                timed = read_stream(response, sent_at) if stream else response.read()
                 with self._lock:
                     self.counts.completed += 1
+                    if isinstance(timed, StreamedLatency):
+                        self.counts.streamed.append(timed)
             except (OSError, http.client.HTTPException) as exc:
                 if connection is not None:
                     connection.close()
@@ -178,3 +201,28 @@ class ContinuousLoad:
                 self._stop.wait(RETRY_PAUSE_S)
         if connection is not None:
             connection.close()
+
+
+def read_stream(response: http.client.HTTPResponse, sent_at: float) -> StreamedLatency:
+    """An SSE answer (`data: {...}` lines, then `data: [DONE]`) read to its end, the arrival
+    of each chunk that carries output timed. sglang's chunks carry the text so far, so
+    a chunk with output is one whose `meta_info.completion_tokens` grew."""
+    arrivals: list[tuple[float, int]] = []  # (time, tokens so far)
+    seen = 0
+    for raw in response:
+        line = raw.strip()
+        if not line.startswith(b"data:") or line == b"data: [DONE]":
+            continue
+        try:
+            tokens = json.loads(line[5:])["meta_info"]["completion_tokens"]
+        except (ValueError, KeyError, TypeError):
+            continue
+        if isinstance(tokens, int) and tokens > seen:
+            arrivals.append((time.monotonic(), tokens))
+            seen = tokens
+    if not arrivals:
+        raise OSError("a streamed answer carried no output tokens")
+    (first_at, first_tokens), (last_at, last_tokens) = arrivals[0], arrivals[-1]
+    later = last_tokens - first_tokens
+    itl = (last_at - first_at) / later if later > 0 else None
+    return StreamedLatency(last_at, first_at - sent_at, itl)

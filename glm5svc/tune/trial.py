@@ -32,7 +32,7 @@ from typing import Any
 
 from glm5svc.bench.counter_window import CounterRead, CounterWindow, read_counters
 from glm5svc.bench.engine_sampler import SteadyRefused
-from glm5svc.bench.load import ContinuousLoad, LoadShape
+from glm5svc.bench.load import ContinuousLoad, LoadShape, StreamedLatency
 from glm5svc.bench.plan import BenchPlan
 from glm5svc.bench.steady import cached_share_flag, windows_agree
 from glm5svc.child_group import ChildGroup, spawn
@@ -62,7 +62,7 @@ Decide = Callable[[list["RunFigures"]], str]
 class RunFigures:
     """One benchmark run of a trial, as the search compares it."""
 
-    throughput: float  # total (input + output) tokens/s
+    throughput: float  # the objective's tokens/s (TrialRequest.objective)
     output_throughput: float | None
     ttft_p99_ms: float | None
     itl_p99_ms: float | None
@@ -78,6 +78,8 @@ class RunFigures:
     live_value: int | None = None  # the live knob's value it ran at (TrialRequest.live_knob)
     round: int = 0  # round i of every live value forms a pair (same start, adjacent windows)
     cached_share: float | None = None  # of the window's prompt tokens, from the radix cache
+    total_throughput: float | None = None  # uncached input + output tokens/s
+    latency_probes: int = 0  # streamed requests that ended in the window (their TTFT)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -125,6 +127,7 @@ class TrialRequest:
     # Measured within this start, interleaved (A B B A ...): each round runs every value.
     live_knob: str | None = None
     live_values: tuple[int, ...] = ()
+    objective: str = "output_tokens"  # benchmark.objective: a window's figure
 
 
 def run_trial(request: TrialRequest) -> TrialOutcome:
@@ -319,7 +322,7 @@ class _Windows:
                 if self.request.should_stop():
                     return "interrupted", "stopped during the warm-up"
                 return "failed", read
-            current = read[0].throughput
+            current = objective_figure(read[0], self.request.objective)
             outcome.warmup_windows.append(read[0].to_dict())
             tolerance = bench.warmup_tolerance_pct / 100
             if previous is not None and windows_agree(previous, current, tolerance):
@@ -354,10 +357,12 @@ class _Windows:
             stopped = self.settle(settle)
             if stopped is not None:
                 return stopped
+        began = time.monotonic()
         read = self.window(self.window_s)
         if isinstance(read, str):
             return read
         counted, gauges, stats = read
+        streamed = self.load.counts.streamed_between(began, time.monotonic())
         run_dir = self.request.trial_dir / "runs"
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / f"{name}.json").write_text(
@@ -368,10 +373,29 @@ class _Windows:
             return _Flagged(flag)
         if counted.throughput <= 0:
             return _Flagged("the engine computed no tokens in the window")
-        return _figures(counted, gauges, stats)
+        return _figures(counted, gauges, stats, self.request.objective, streamed)
 
 
-def _figures(window: CounterWindow, samples: list[GaugeSample], stats) -> RunFigures:
+def _quantile(ordered: list[float], q: float) -> float:
+    """The q quantile of sorted values, by linear interpolation."""
+    at = q * (len(ordered) - 1)
+    low = int(at)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (at - low)
+
+
+def objective_figure(window: CounterWindow, objective: str) -> float:
+    """The window's tokens/s as benchmark.objective counts them."""
+    return window.output_throughput if objective == "output_tokens" else window.throughput
+
+
+def _figures(window: CounterWindow, samples: list[GaugeSample], stats, objective: str,
+             streamed: list[StreamedLatency]) -> RunFigures:  # fmt: skip
+    """A window's figures. TTFT is what the load's streaming probes saw (sglang's TTFT
+    histogram records a non-streamed request's output when it finishes: its whole latency);
+    inter-token latency is sglang's histogram, which matched the probes within 1 % on the
+    H200 (docs/performance-tune.md)."""
+    ttfts = sorted(s.ttft_s for s in streamed)
     samples = [s for s in samples if (s.running or 0) + (s.queued or 0) > 0]
     running = [s.running for s in samples if s.running is not None]
     queued = [s.queued for s in samples if s.queued is not None]
@@ -379,11 +403,13 @@ def _figures(window: CounterWindow, samples: list[GaugeSample], stats) -> RunFig
     shares = [g.power_share_of_limit for g in stats.gpus if g.power_share_of_limit is not None] \
         if stats is not None else []  # fmt: skip
     return RunFigures(
-        throughput=round(window.throughput, 1),
+        throughput=round(objective_figure(window, objective), 1),
+        total_throughput=round(window.throughput, 1),
         output_throughput=round(window.output_throughput, 1),
-        ttft_p99_ms=window.ttft_p99_ms,
+        ttft_p99_ms=round(1000 * _quantile(ttfts, 0.99), 2) if ttfts else None,
         itl_p99_ms=window.itl_p99_ms,
-        ttft_median_ms=window.ttft_median_ms,
+        ttft_median_ms=round(1000 * _quantile(ttfts, 0.5), 2) if ttfts else None,
+        latency_probes=len(ttfts),
         power_share=sum(shares) / len(shares) if shares else None,
         running_max=max(running) if running else None,
         queue_mean=sum(queued) / len(queued) if queued else None,

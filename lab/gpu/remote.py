@@ -18,6 +18,8 @@ Scenarios:
   until its 95 % interval is within 1 % (lab/gpu/ratio_scenario.py).
 - tune: `glm5svc tune run` on the qwen3-moe testbed from a starting point
   (lab/gpu/tune_scenario.py).
+- precision: the spread of windows against their length and of one setting from start to
+  start, every counter read recorded (lab/gpu/precision_scenario.py).
 - grid: the tune's space exhaustively, one engine start per combination of its restart
   knobs (started again in turn), every live value in each (lab/gpu/tune_scenario.py).
 
@@ -389,6 +391,16 @@ def scenario_grid(out: Path, env: dict[str, str], deadline: Deadline, results: d
     tune_scenario.run_grid(out, env, deadline, results, MODELS / "qwen3-moe")
 
 
+def scenario_precision(out: Path, env: dict[str, str], deadline: Deadline, results: dict) -> None:
+    # Its load and reads run in this process, on glm5svc's dependencies from the unpacked
+    # site (the other scenarios run glm5svc in children that get the site on their
+    # PYTHONPATH): imported once the site is there.
+    sys.path.insert(0, str(SITE))
+    from lab.gpu import precision_scenario
+
+    precision_scenario.run(out, env, deadline, results, MODELS / "qwen3-moe")
+
+
 def scenario_method(out: Path, env: dict[str, str], deadline: Deadline, results: dict) -> None:
     method_scenario.run(out, env, deadline, results, MODELS / "qwen3-moe")
 
@@ -403,6 +415,7 @@ SCENARIO_MODELS = {
     "grid": "qwen3-moe",
     "method": "qwen3-moe",
     "peer": "qwen3-moe",
+    "precision": "qwen3-moe",
 }
 SCENARIOS = {
     "service": scenario_service,
@@ -413,6 +426,7 @@ SCENARIOS = {
     "grid": scenario_grid,
     "method": scenario_method,
     "peer": scenario_peer,
+    "precision": scenario_precision,
 }
 
 
