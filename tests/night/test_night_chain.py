@@ -188,3 +188,28 @@ def test_a_slower_morning_rolls_back_after_a_reboot_mid_tune(
     assert "rollback:" in (night / "report.md").read_text()
     assert LastNight.read(results).night_outcome == "rolled_back"
     systemctl.stop(manager, "glm5.service")
+
+
+def test_a_night_stopped_mid_tune_leaves_the_evening_serving(
+    request, tmp_path, monkeypatch, bench_python, tokenizer_dir
+):
+    config, space, manager, glm5svc, results = night_setup(
+        request, tmp_path, monkeypatch, bench_python, tokenizer_dir
+    )
+    evening = config.read_bytes()
+    night = begin(glm5svc, space)
+    wait_for("tune measuring", lambda: tune_measuring(night), manager, night)
+    assert not systemctl.unit_pid(manager, "glm5.service"), "the tune took the GPUs"
+    # `glm5svc night stop` is `systemctl stop glm5-tune`: SIGTERM, and the wait for its end.
+    stopped = subprocess.run([*glm5svc, "night", "stop"], capture_output=True, text=True,
+                             timeout=scaled(300))  # fmt: skip
+    assert stopped.returncode == 0, stopped.stderr
+    state = state_of(night)
+    assert state["outcome"] == "stopped", state
+    assert state["steps"]["tune"]["status"] == "stopped"
+    assert state["steps"]["report"]["status"] == "done"
+    assert config.read_bytes() == evening
+    assert systemctl.unit_pid(manager, "glm5.service"), "the evening's glm5.service serves"
+    assert not (results / "night-current").exists()  # systemd does not start it again
+    assert LastNight.read(results).night_outcome == "stopped"
+    systemctl.stop(manager, "glm5.service")
