@@ -69,11 +69,9 @@ class Night:
             if state.outcome is None:
                 self._chain()
         except Stopped as exc:
-            self._cut(
-                "stopped", "stopped by the operator; the evening's configuration serves", str(exc)
-            )
+            self._cut("stopped", str(exc))
         except (Glm5Error, OSError, ValueError) as exc:
-            self._cut("failed", "failed", str(exc).splitlines()[0])
+            self._cut("failed", str(exc).splitlines()[0])
         if state.outcome in ("rolled_back", "failed", "stopped"):
             try:
                 self._once("rollback", self.rollback)
@@ -84,12 +82,16 @@ class Night:
         self._once("report", self.report)
         return state.outcome or "failed"
 
-    def _cut(self, outcome: str, what: str, why: str) -> None:
+    def _cut(self, outcome: str, why: str) -> None:
         """The running step ends `outcome`; the night's outcome says which and why."""
         step = next((s for s, e in self.state.steps.items() if e.get("status") == "running"), None)
         if step is not None:
             self.state.end_step(step, outcome, why)
-        self._decide(outcome, f"{step or 'the night'} {what}: {why}")
+        where = f"during {step}" if step else "before its first step"
+        if outcome == "stopped":
+            self._decide(outcome, f"stopped by the operator {where}")
+        else:
+            self._decide(outcome, f"{step or 'the night'} failed: {why}")
 
     def _chain(self) -> None:
         self._once("evening", self.evening)
@@ -101,6 +103,9 @@ class Night:
         applied = self._once("apply", self.apply)
         if not applied.get("applied"):
             self._decide("unchanged", applied.get("why") or "tune apply refused the overlay")
+            return
+        if applied.get("came_up") is False:
+            self._decide("rolled_back", f"the tuned service did not come up: {applied['why']}")
             return
         morning = self._once("morning", self.morning)
         if not morning.get("serving"):
@@ -218,9 +223,19 @@ class Night:
             why = f"tune apply refused it: {done.error()}"
             return {"detail": why, "applied": False, "why": why}
         if done.returncode != 0:
-            raise StepFailed(f"glm5svc tune apply exited {done.returncode}: {done.error()}")
+            written = (
+                Path(self.state.config_path).read_bytes() != self.state.evening_config.read_bytes()
+            )
+            if not written:
+                raise StepFailed(f"glm5svc tune apply exited {done.returncode}: {done.error()}")
+            why = f"tune apply wrote the overlay, then: {done.error()}"
+            return {"detail": why, "applied": True, "came_up": False, "why": why}
         result = done.document or {}
-        units.ensure_started()
+        try:
+            units.ensure_started()  # tune apply restarts only an active unit
+        except units.UnitError as exc:
+            why = f"glm5.service does not start on the tuned configuration: {exc}"
+            return {"detail": why, "applied": True, "came_up": False, "why": why}
         return {
             "detail": f"applied {result.get('changed')}; glm5.service restarted",
             "applied": True,

@@ -30,9 +30,12 @@ def bench_estimate_s(config: Config, windows: int) -> float:
 
 
 def clock(seconds: float) -> str:
+    """8 h 00 min, 14 min 32 s, 9 s."""
     seconds = max(0, int(seconds))
     hours, rest = divmod(seconds, 3600)
-    return (f"{hours} h " if hours else "") + f"{rest // 60} min {rest % 60:02d} s"
+    if hours:
+        return f"{hours} h {rest // 60:02d} min"
+    return f"{rest // 60} min {rest % 60:02d} s" if rest >= 60 else f"{rest} s"
 
 
 def night_plan(

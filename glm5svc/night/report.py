@@ -57,6 +57,7 @@ def report_document(state) -> dict[str, Any]:
         "steps": {
             name: {k: v for k, v in entry.items() if k != "data"}
             for name, entry in state.steps.items()
+            if name != "report"  # being written
         },
         "evening": figures(state, "baseline"),
         "morning": figures(state, "morning"),
@@ -106,6 +107,8 @@ def report_markdown(doc: dict[str, Any]) -> str:
     rollback = doc["rollback"]
     if rollback:
         lines.append(f"- rollback: {doc['steps'].get('rollback', {}).get('detail', '')}")
+    if doc["outcome"] != "tuned":
+        lines.append("- glm5.service serves the evening's configuration")
     tune = doc["tune"]
     lines += ["", "## The evidence", ""]
     if tune:
