@@ -221,3 +221,13 @@ def test_on_a_landscape_of_small_effects_the_peer_s_rule_ends_worse_than_its_sta
     figures = landscape(Noise(0.03, 0.08, 0.0005), passes=150, seed=3, rule=RULE)
     assert figures.tune_worse <= 0.05
     assert figures.peer_worse > 2 * figures.tune_worse + 0.03
+
+
+def test_a_restart_candidate_without_a_gain_in_sight_stops_after_two_starts_a_side():
+    """A null restart knob at the prior's spread: after two starts a side its estimate is under
+    the minimum effect, so it gets no more starts (futile), undecided, never better."""
+    history = starts(("a", 100), ("b", 99), ("a", 101), ("b", 100.5))
+    step, verdict = next_step(history, "b", "a", min_effect=0.03, confidence=0.95, comparisons=2)
+    assert step == DONE and verdict.kind == UNDECIDED and "futile" in verdict.why
+    early = next_step(history[:2], "b", "a", min_effect=0.03, confidence=0.95, comparisons=2)
+    assert early[0] != DONE  # one start a side is not enough to give up

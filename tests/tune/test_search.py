@@ -248,9 +248,10 @@ def test_a_hopeless_start_is_stopped_after_its_first_block(tmp_path):
 
 
 def test_a_start_clearly_behind_is_stopped_early_by_the_start_model(tmp_path):
-    """Triton is 40 % slower; with --prune-below off, the start model alone stops its starts
-    after the first block, records why, and does not start them again."""
-    model = lambda c: 3000.0 if c["tuning.attention_backend"] == "triton" else 5000.0  # noqa: E731
+    """Triton is 80 % slower (beyond the prior's start-to-start spread of 15 %); with
+    --prune-below off, the start model alone stops its starts after the first block, records
+    why, and does not start them again."""
+    model = lambda c: 1000.0 if c["tuning.attention_backend"] == "triton" else 5000.0  # noqa: E731
     executor = Executor(model)
     run = search(tmp_path, executor, prune_below=0)
     records = run.run()
