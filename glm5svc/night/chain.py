@@ -20,6 +20,7 @@ file: the step that was running runs again, the tune with `--resume`.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -185,6 +186,7 @@ class Night:
         try:
             done = run_child(argv, "tune", state.night_dir, self.stop)
         finally:
+            hand_back(self.config.server.cache_dir)
             units.ensure_started()  # a tune killed mid-way never started it again
             self.turn.back_in_rotation(self.stop)
         summary = done.document or {}
@@ -355,3 +357,18 @@ def bench_windows(done: Finished) -> list[float]:
     levels = (done.document or {}).get("levels") or []
     steady = (levels[0].get("steady") or {}) if levels else {}
     return [float(v) for v in steady.get("throughputs") or []]
+
+
+def hand_back(cache_dir: Path | None) -> None:
+    """The engine's caches the trials wrote (as root, the night's user) to the owner of the
+    cache folder: glm5.service (user glm5) reads and extends them at its next start."""
+    if cache_dir is None or not Path(cache_dir).is_dir():
+        return
+    owner = Path(cache_dir).stat()
+    for path in Path(cache_dir).rglob("*"):
+        try:
+            found = path.lstat()
+            if (found.st_uid, found.st_gid) != (owner.st_uid, owner.st_gid):
+                os.lchown(path, owner.st_uid, owner.st_gid)
+        except OSError:
+            continue  # gone meanwhile, or not ours to change: the next start says so

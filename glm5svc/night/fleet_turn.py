@@ -80,7 +80,7 @@ class FleetTurn:
         while True:
             why = self._others_busy()
             if why is None:
-                write_atomic(self.turn_file, f"{self.state.night_dir}\n")
+                write_atomic(self.turn_file, f"{self.state.night_dir}\n", mode=0o644)
                 earlier = self._earlier_in_turn()
                 if earlier is None:
                     self.state.note(f"fleet: my turn ({self.me}); the others serve")

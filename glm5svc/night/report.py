@@ -149,6 +149,8 @@ def write_report(state, config: Config) -> Path:
         night_ratio_low=ratio.get("low"),
         night_ratio_high=ratio.get("high"),
     )
-    write_atomic(Path(config.service.results_dir) / LAST_NIGHT_FILE, record.to_json() + "\n")
+    # Read by glm5.service's /metrics, which runs as its own user (the night runs as root).
+    last = Path(config.service.results_dir) / LAST_NIGHT_FILE
+    write_atomic(last, record.to_json() + "\n", mode=0o644)
     state.save()
     return state.night_dir / REPORT_MD

@@ -4,6 +4,7 @@ continues from, and the night's options."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -14,7 +15,7 @@ import pytest
 from glm5svc.cli import main
 from glm5svc.commands.night import DEFAULT_CONCURRENCY
 from glm5svc.errors import ConfigError
-from glm5svc.night.chain import workload_args
+from glm5svc.night.chain import hand_back, workload_args
 from glm5svc.night.compare import compare_mornings
 from glm5svc.night.state import NightState, current_night, set_current
 from glm5svc.tune.settings import WorkloadOptions
@@ -116,3 +117,15 @@ def test_options_the_night_sets_itself_are_refused(tmp_path, capsys):
     assert main(argv) == 78
     assert "--budget after `--`: the night sets these itself" in capsys.readouterr().err
     assert main(["--config", str(config), "night", "plan", "--windows", "1"]) == 2
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="changing a file's owner needs root")
+def test_the_trials_caches_go_back_to_the_cache_folders_owner(tmp_path):
+    cache = tmp_path / "cache"
+    (cache / "flashinfer").mkdir(parents=True)
+    written = cache / "flashinfer" / "kernel.so"
+    written.write_text("compiled by a trial, as root")
+    os.chown(cache, 65534, 65534)  # the service's user owns the folder
+    hand_back(cache)
+    assert (written.stat().st_uid, written.stat().st_gid) == (65534, 65534)
+    assert (cache / "flashinfer").stat().st_uid == 65534
