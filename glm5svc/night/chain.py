@@ -37,7 +37,7 @@ from glm5svc.night.compare import compare_mornings
 from glm5svc.night.fleet_turn import FleetTurn
 from glm5svc.night.report import write_report
 from glm5svc.night.serving import wait_serving
-from glm5svc.night.state import NightState, set_current
+from glm5svc.night.state import NightState, current_night, set_current
 
 EXIT_CONFIG = 78  # tune apply refused the overlay (not confirmed, measured elsewhere)
 RESTART_GUESS_S = 120.0  # a start of glm5.service before one is measured
@@ -81,6 +81,9 @@ class Night:
                 state.outcome = "failed"
                 state.headline = f"{state.headline}; the rollback failed: {exc}"
         self._once("report", self.report)
+        results = self.config.service.results_dir
+        if current_night(results) == state.night_dir:  # ended: nothing to continue at boot
+            set_current(results, None)
         return state.outcome or "failed"
 
     def _cut(self, outcome: str, why: str) -> None:
@@ -266,8 +269,10 @@ class Night:
         if changed:
             target = config_path.resolve()  # written through a link, as tune apply does
             write_atomic(target, evening, mode=target.stat().st_mode & 0o7777)
-        if changed or not units.is_active():
-            self.turn.wait_for_turn(self.stop, bounded=False)
+        active = units.is_active()
+        if changed or not active:
+            if active:  # it serves the tuned setting: the others first, as for any restart
+                self.turn.wait_for_turn(threading.Event(), bounded=False)
             units.systemctl("reset-failed", units.SERVICE_UNIT, timeout_s=60)
             units.act("restart")
         why = wait_serving(self.config, threading.Event())
@@ -291,9 +296,7 @@ class Night:
         }
 
     def report(self) -> dict[str, Any]:
-        record = write_report(self.state, self.config)
-        set_current(self.config.service.results_dir, None)
-        return {"detail": f"wrote {record}"}
+        return {"detail": f"wrote {write_report(self.state, self.config)}"}
 
     # ----- helpers ------------------------------------------------------------------
 
