@@ -45,18 +45,17 @@ def test_a_night_tuned_through_a_kill_of_its_unit(request, tmp_path, monkeypatch
     state = state_of(night)
     tune = state["steps"]["tune"]
     assert tune["attempts"] == 2 and tune["data"]["resumed"], tune
-    assert state["outcome"] in ("tuned", "unchanged"), state["headline"]
-    if state["outcome"] == "tuned":
-        assert state["steps"]["compare"]["data"]["verdict"] != "worse"
-        assert config.read_bytes() != evening  # the overlay serves
-        assert "max_running_requests: 64" in config.read_text()
-    else:
-        assert config.read_bytes() == evening
+    assert state["outcome"] == "tuned", state["headline"]
+    assert state["steps"]["compare"]["data"]["verdict"] != "worse"
+    assert config.read_bytes() != evening  # the overlay serves
+    assert "max_running_requests: 64" in config.read_text()
     assert systemctl.unit_pid(manager, "glm5.service"), "glm5.service serves"
     assert not (results / "night-current").exists()  # the unit's condition: nothing at boot
     report = json.loads((night / "report.json").read_text())
     assert report["evening"]["low"] <= report["evening"]["mean"] <= report["evening"]["high"]
-    assert report["dropped"] == [] and report["tune"]["confirmed"] is not None
+    assert report["dropped"] == [] and report["tune"]["confirmed"] is True
+    assert report["changed"] == {"tuning": {"max_running_requests": 64}}
+    assert report["morning"]["windows"] and report["comparison"]["ratio"]["mean"] > 1
     markdown = (night / "report.md").read_text()
     assert f"# The night of {state['began_at'][:10]}: {state['outcome']}" in markdown
     last = LastNight.read(results)
