@@ -21,6 +21,7 @@ USAGE_SCHEMA = schema_name(["usage"])
 COMMAND_MODULES = [
     "bench",
     "command",
+    "night",
     "patch",
     "preflight",
     "provision",

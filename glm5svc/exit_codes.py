@@ -44,6 +44,16 @@ EXIT_CODES: dict[str, tuple[tuple[int, str], ...]] = {
         ),
         CONFIG,
     ),  # fmt: skip
+    "night": ((2, "no action given (plan, begin, resume, status, report or stop)"),),
+    "night plan": ((0, "the plan printed"), CONFIG),
+    "night begin": ((0, "the night's folder made and glm5-tune.service started"), CONFIG),
+    "night resume": (
+        (0, "the night ran to its end (tuned, unchanged, rolled back or stopped: the report)"),
+        CONFIG,
+    ),
+    "night status": ((0, "the night shown"), CONFIG),
+    "night report": ((0, "the report printed"), CONFIG),
+    "night stop": ((0, "glm5-tune.service stopped (the night puts the evening back)"), CONFIG),
     "tune": ((2, "no action given (run, apply or show)"),),
     "tune run": (
         (0, "done (a best found or not)"),

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field, fields
 
-from glm5svc.records import BenchmarkLevel, BenchmarkStatus
+from glm5svc.records import BenchmarkLevel, BenchmarkStatus, LastNight
 from glm5svc.serve.metrics import build_registry
 from glm5svc.serve.state import SupervisorState
 from glm5svc.telemetry.snapshot import GpuSnapshot, Snapshot
@@ -64,6 +64,24 @@ class _EverySampler:
         )
 
 
+class _EveryNight:
+    """A night that ended with every figure, and a turn held (serve.metrics.NightFiles)."""
+
+    def last(self) -> LastNight:
+        ended = "2026-01-01T06:00:00.000+00:00"
+        return LastNight(
+            night_outcome="tuned",
+            night_dir="/",
+            night_began_at=ended,
+            night_ended_at=ended,
+            night_headline="",
+            night_ratio=1.0,
+        )
+
+    def in_turn(self) -> bool:
+        return True
+
+
 def _state_with_everything() -> SupervisorState:
     state = SupervisorState(wedge_window_s=1.0)
     state.startup_seconds = 1.0
@@ -93,7 +111,7 @@ def table() -> list[str]:
 
 def families() -> list[Family]:
     """Each family /metrics can serve, in the order it serves them."""
-    registry = build_registry(_state_with_everything(), _EverySampler())
+    registry = build_registry(_state_with_everything(), _EverySampler(), _EveryNight())
     found = []
     for metric in registry.collect():
         sample = metric.samples[0]

@@ -1,5 +1,8 @@
 """What one layer hands another: frozen, typed records, each with one writer and one reader.
 
+Longer than 400 lines: every record that crosses the layers lives here, in one module, so
+that tests/structure/test_records.py can hold the rule that no one else reads them by key.
+
     record = LastRun(ended_at=now_utc(), exit_status=0, message="stopped by SIGTERM: drained")
     write_atomic(path, record.to_json(), mode=0o600)      # the one writer: serve
     LastRun.from_json(path.read_text())                   # the one reader: serve, preflight, tune
@@ -14,6 +17,9 @@
   hook's result), shown in /status "benchmark", exported on /metrics; "degraded" marks
   the service degraded, not unready.
 - `PlanSummary`: the launched plan, as /status and the benchmark's results record it.
+- `LastNight`: how the last unattended night ended (`LAST_NIGHT_FILE` under
+  service.results_dir). Written by `glm5svc night`; read by `glm5svc status` and the
+  service's /metrics (`glm5svc_night_outcome`).
 - `Diagnosis`, `DrainReport`, `ProbeStatus`, `BenchmarkLevel`: their parts.
 
 A top-level record's JSON names its schema and version (`schema`, as the `--json`
@@ -36,6 +42,16 @@ from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 LAST_RUN_FILE = "serve-last-run.json"
+LAST_NIGHT_FILE = "night-last.json"
+# Present while this replica's night holds its turn behind the gateway (glm5svc/night/
+# fleet_turn.py); /metrics shows it as glm5svc_night_turn.
+NIGHT_TURN_FILE = "night-turn"
+# How a night ends (glm5svc night): tuned (the confirmed overlay serves, no worse than the
+# evening), rolled_back (the morning was worse or did not come up: the evening's
+# configuration serves again), unchanged (nothing confirmed to apply), stopped (an operator
+# stopped it; the evening's configuration serves), failed (a step failed; the evening's
+# configuration serves, or the report says why it could not be started).
+NIGHT_OUTCOMES = ("tuned", "rolled_back", "unchanged", "stopped", "failed")
 
 Record = TypeVar("Record")
 
@@ -286,6 +302,57 @@ class StatusDocument:
     @classmethod
     def from_dict(cls, data: Any) -> StatusDocument:
         return from_dict(cls, data)
+
+
+@dataclass(frozen=True)
+class LastNight:
+    """How the last `glm5svc night` ended (LAST_NIGHT_FILE in service.results_dir)."""
+
+    SCHEMA: ClassVar[str] = "glm5svc.last-night"
+    VERSION: ClassVar[int] = 1
+
+    night_outcome: str  # one of NIGHT_OUTCOMES
+    night_dir: str
+    night_began_at: str  # ISO 8601 (glm5svc.json_output)
+    night_ended_at: str
+    night_headline: str  # one line: what the night did and why
+    evening_tok_s: float | None = None
+    morning_tok_s: float | None = None
+    # morning / evening with its interval (None where either side was not measured)
+    night_ratio: float | None = None
+    night_ratio_low: float | None = None
+    night_ratio_high: float | None = None
+
+    def to_json(self) -> str:
+        return json.dumps(to_dict(self), indent=2)
+
+    @classmethod
+    def from_json(cls, text: str) -> LastNight:
+        record = from_json(cls, text)
+        if record.night_outcome not in NIGHT_OUTCOMES:
+            raise RecordError(
+                f"night_outcome: {record.night_outcome!r}, expected one of {NIGHT_OUTCOMES}"
+            )
+        return record
+
+    @classmethod
+    def read(cls, results_dir: str | Path) -> LastNight | None:
+        """The record in results_dir; None when no night ended there. RecordError (naming
+        the file) when the file is not a last-night record."""
+        path = Path(results_dir) / LAST_NIGHT_FILE
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise RecordError(f"{path}: cannot read it: {exc.strerror or exc}") from None
+        try:
+            return cls.from_json(text)
+        except RecordError as exc:
+            raise RecordError(
+                f"{path}: {exc}; the next `glm5svc night` writes it again (remove it to "
+                "forget the last night)"
+            ) from None
 
 
 # ----- the one writer and the one reader ------------------------------------------------

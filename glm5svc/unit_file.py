@@ -1,4 +1,5 @@
-"""glm5.service for a given venv and configuration file, rendered from the shipped template.
+"""glm5.service for a given venv and configuration file, rendered from the shipped template;
+glm5-tune.service (the unattended night, `glm5svc night`) from its own.
 
 The template (glm5svc/data/glm5.service.in) holds everything else; the open-file limit comes
 from glm5svc.hostfacts.limits, the value the container's lxc.prlimit.nofile and preflight use.
@@ -13,6 +14,8 @@ from glm5svc.errors import ConfigError
 from glm5svc.hostfacts.limits import NOFILE
 
 TEMPLATE = Path(__file__).parent / "data" / "glm5.service.in"
+TUNE_TEMPLATE = Path(__file__).parent / "data" / "glm5-tune.service.in"
+NIGHT_CURRENT = "night-current"  # under service.results_dir (glm5svc.night.state names it)
 # The venv of the default server.python (/opt/glm5/venv/bin/python).
 DEFAULT_VENV = ServerSection.model_fields["python"].default.parent.parent
 # systemd would read these inside a path as separators, quoting or specifiers.
@@ -62,6 +65,23 @@ def render_unit(
         "@READ_WRITE_PATHS@": f"ReadWritePaths={named}" if named else "# (none)",
     }
     text = TEMPLATE.read_text(encoding="utf-8")
+    for placeholder, value in values.items():
+        text = text.replace(placeholder, value)
+    return text
+
+
+def render_tune_unit(
+    venv: Path = DEFAULT_VENV,
+    config_path: Path = DEFAULT_CONFIG_PATH,
+    results_dir: Path = MANAGED_FOLDERS[0],
+) -> str:
+    """glm5-tune.service: `glm5svc night resume` while a night is in progress."""
+    values = {
+        "@GLM5SVC@": _checked("--venv", Path(venv)) + "/bin/glm5svc",
+        "@CONFIG@": _checked("--config", Path(config_path)),
+        "@CURRENT@": _checked("service.results_dir", Path(results_dir) / NIGHT_CURRENT),
+    }
+    text = TUNE_TEMPLATE.read_text(encoding="utf-8")
     for placeholder, value in values.items():
         text = text.replace(placeholder, value)
     return text

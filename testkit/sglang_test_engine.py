@@ -101,6 +101,10 @@ Noise across runs and starts, for testing measurement methods (all multiply the 
   run-noise=SIGMA       a new lognormal factor every run-noise-s seconds of serving (the
   run-noise-s=SECONDS   difference from one run to the next; default 10), same seeding
   drift=FRACTION        the step grows by FRACTION per minute of serving, linearly
+  slow=FACTOR           every step takes FACTOR times as long (a setting that serves worse
+                        than it measured: the night's rollback tests)
+  mode-file=PATH        more items, read from PATH at start (absent: none); what a test's
+                        service manager changes between two starts of the same command
 Caches that make a second start faster, in the cache folder ($SGLANG_CACHE_DIR, else
 $XDG_CACHE_HOME/sglang, else ~/.cache/sglang):
   jit=SECONDS           a start with no marker for its kernel flags (attention and MoE
@@ -506,6 +510,8 @@ def parse_args(argv: list[str]):
     args, unknown = parser.parse_known_args(merge_config_file(argv))
     args.unknown = unknown
     args.mode = parse_mode(args.test_mode)
+    if args.mode.get("mode-file") and Path(args.mode["mode-file"]).is_file():
+        args.mode.update(parse_mode(Path(args.mode["mode-file"]).read_text().strip()))
     return args
 
 
@@ -701,6 +707,7 @@ class Engine:
         self.run_noise_s = float(args.mode.get("run-noise-s", DEFAULT_RUN_NOISE_S))
         self.run_factors: dict[int, float] = {}
         self.drift = float(args.mode.get("drift", 0))
+        self.slow = float(args.mode.get("slow", 1))
         self.serving_since: float | None = None
         self.decode_steps = 0
         self.tokens_since_decode_log = 0
@@ -887,6 +894,7 @@ class Engine:
         start-effect= (this start), run-noise= (this run-noise-s window), drift= and cold=
         (time since serving began)."""
         step = predicted_step_ms(self.args, running, prefill_tokens) * self.start_factor
+        step *= self.slow
         if self.noise > 0:
             step *= self.rng.lognormvariate(0.0, self.noise)
         if self.serving_since is None:

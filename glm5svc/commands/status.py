@@ -1,6 +1,6 @@
 """`glm5svc status`: the running service, from its /status: phase, readiness, the KV pool
 the engine allocated; `--fleet`: every replica's /status and the gateway's view of them in
-one table.
+one table; the last unattended night's outcome (`glm5svc night`) below the service's.
 
 Exit status: 0 ready (with --fleet: every replica ready and the gateway counts all of them
 healthy); 1 not ready; 3 unreachable (nothing listens: the service is not running); 4 the
@@ -10,6 +10,7 @@ answer is not a glm5svc status (another program on the port); 78 bad config/flag
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -21,7 +22,8 @@ from glm5svc.errors import ConfigError, Glm5Error
 from glm5svc.exit_codes import epilog
 from glm5svc.http_fetch import FetchError, fetch_bytes
 from glm5svc.json_output import emit, schema_name
-from glm5svc.records import BenchmarkStatus, Diagnosis, RecordError, StatusDocument
+from glm5svc.records import BenchmarkStatus, Diagnosis, LastNight, RecordError, StatusDocument
+from glm5svc.records import to_dict as records_to_dict
 
 EXIT_NOT_READY = 1
 EXIT_UNREACHABLE = 3  # LSB: "program is not running"
@@ -104,11 +106,38 @@ def run(args) -> int:
             f"{url} answered JSON that is not a glm5svc status: {exc}",
             problems=[other_program(service.listen_port)],
         ) from None
+    last = last_night(service.results_dir)
     if args.json:
-        emit(args.json_schema, document.to_dict(), ok=document.ready)
+        night = {"last_night": records_to_dict(last)} if last else {}
+        emit(args.json_schema, {**document.to_dict(), **night}, ok=document.ready)
     else:
         print(render(document))
+        if last:
+            print(night_line(last))
     return 0 if document.ready else EXIT_NOT_READY
+
+
+def last_night(results_dir) -> LastNight | None:
+    """The last night's record; a broken one is said on stderr, never fatal to status."""
+    try:
+        return LastNight.read(results_dir)
+    except RecordError as exc:
+        print(f"glm5svc: {exc}", file=sys.stderr)
+        return None
+
+
+def night_line(night: LastNight) -> str:
+    """`glm5svc status`'s line for the last night (glm5svc night)."""
+    figures = ""
+    if night.night_ratio is not None:
+        figures = (
+            f"; morning/evening {night.night_ratio:.3f}x "
+            f"({night.night_ratio_low:.3f}-{night.night_ratio_high:.3f})"
+        )
+    return (
+        f"last night: {night.night_outcome} (ended {night.night_ended_at}){figures}: "
+        f"{night.night_headline}; report: {night.night_dir}/report.md"
+    )
 
 
 class Unreachable(Glm5Error):

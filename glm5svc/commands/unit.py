@@ -1,4 +1,5 @@
-"""`glm5svc unit`: print glm5.service for a venv and the configuration file (role glm5_service)."""
+"""`glm5svc unit`: print glm5.service (or, with --tune, glm5-tune.service) for a venv and the
+configuration file (role glm5_service)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 
 from glm5svc.config import load_config, resolve_config_path
 from glm5svc.exit_codes import epilog
-from glm5svc.unit_file import render_unit, writable_folders
+from glm5svc.unit_file import render_tune_unit, render_unit, writable_folders
 
 
 def register(subparsers):
@@ -22,12 +23,22 @@ def register(subparsers):
         default=sys.prefix,
         help="venv whose bin/glm5svc the unit runs (default: this one, %(default)s)",
     )
+    parser.add_argument(
+        "--tune",
+        action="store_true",
+        help="print glm5-tune.service instead: the unattended night (`glm5svc night`)",
+    )
     parser.set_defaults(func=run)
     return parser
 
 
 def run(args) -> int:
     path = resolve_config_path(args.config)
+    if args.tune:
+        results = load_config(path).service.results_dir if path.exists() else None
+        extra = {"results_dir": Path(results)} if results else {}
+        sys.stdout.write(render_tune_unit(Path(args.venv), path, **extra))
+        return 0
     # The folders the configuration names (results, caches) stay writable under the
     # unit's ProtectSystem=strict; without the file yet, the managed defaults.
     writable = writable_folders(load_config(path)) if path.exists() else []

@@ -1,7 +1,8 @@
 """The service's own Prometheus metrics, computed from the supervisor state at scrape time.
 
 One prefix, `glm5svc_`, for every family /metrics serves: the service's, the last
-benchmark's (`glm5svc_bench_*`) and the GPUs' (`glm5svc_gpu_*`, `glm5svc_telemetry_*`). A
+benchmark's (`glm5svc_bench_*`), the GPUs' (`glm5svc_gpu_*`, `glm5svc_telemetry_*`) and the
+last unattended night's (`glm5svc_night_*`, from its record in service.results_dir). A
 family with no sample (a benchmark figure no level measured, a reading this GPU lacks) is
 left out, as Prometheus' exposition guidelines ask. The text format by default, OpenMetrics
 when the scraper's Accept header asks for it (`exposition`).
@@ -9,12 +10,21 @@ when the scraper's Accept header asks for it (`exposition`).
 
 from __future__ import annotations
 
+from datetime import datetime
+from pathlib import Path
+
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
 from glm5svc.benchmark_gauges import bench_metrics_families
+from glm5svc.records import (
+    NIGHT_OUTCOMES,
+    NIGHT_TURN_FILE,
+    LastNight,
+    RecordError,
+)
 from glm5svc.serve.phases import Phase
 from glm5svc.serve.state import SupervisorState
 from glm5svc.telemetry.prometheus import register_gpu_collector
@@ -89,6 +99,56 @@ def _counter(name: str, doc: str, value) -> CounterMetricFamily:
     return CounterMetricFamily(name, doc, value=float(value))
 
 
+class NightFiles:
+    """The last night's record and this replica's turn, read from service.results_dir at
+    each scrape (`glm5svc night` writes them; the service only shows them)."""
+
+    def __init__(self, results_dir: Path):
+        self.results_dir = Path(results_dir)
+
+    def last(self) -> LastNight | None:
+        try:
+            return LastNight.read(self.results_dir)
+        except RecordError:
+            return None  # a broken record is said by `glm5svc status`, not by a scrape
+
+    def in_turn(self) -> bool:
+        return (self.results_dir / NIGHT_TURN_FILE).exists()
+
+
+class NightCollector(Collector):
+    def __init__(self, night: NightFiles):
+        self.night = night
+
+    def collect(self):
+        yield _gauge(
+            "glm5svc_night_turn",
+            "1 while this replica's unattended night holds its turn behind the gateway",
+            self.night.in_turn(),
+        )
+        last = self.night.last()
+        if last is None:
+            return
+        outcome = GaugeMetricFamily(
+            "glm5svc_night_outcome",
+            "the last unattended night's outcome (glm5svc night; 1 for it)",
+            labels=["outcome"],
+        )
+        for value in NIGHT_OUTCOMES:
+            outcome.add_metric([value], 1.0 if value == last.night_outcome else 0.0)
+        yield outcome
+        ended = datetime.fromisoformat(last.night_ended_at).timestamp()
+        yield _gauge(
+            "glm5svc_night_ended_timestamp_seconds", "when the last night ended (unix time)", ended
+        )
+        if last.night_ratio is not None:
+            yield _gauge(
+                "glm5svc_night_morning_ratio",
+                "the last night's morning throughput over the evening's",
+                last.night_ratio,
+            )
+
+
 class NonEmpty(Collector):
     """Another registry's families, less those without a sample."""
 
@@ -99,9 +159,13 @@ class NonEmpty(Collector):
         return (family for family in self.inner.collect() if family.samples)
 
 
-def build_registry(state: SupervisorState, telemetry_sampler=None) -> CollectorRegistry:
+def build_registry(
+    state: SupervisorState, telemetry_sampler=None, night: NightFiles | None = None
+) -> CollectorRegistry:
     families = CollectorRegistry(auto_describe=False)
     families.register(ServiceCollector(state))
+    if night is not None:
+        families.register(NightCollector(night))
     register_gpu_telemetry(families, telemetry_sampler)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(NonEmpty(families))

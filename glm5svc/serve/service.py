@@ -26,7 +26,7 @@ from glm5svc.facts import HostFacts
 from glm5svc.launch_plan import LaunchPlan, plan_for_service
 from glm5svc.preflight.run import run_preflight
 from glm5svc.serve.listener import HealthListener
-from glm5svc.serve.metrics import build_registry
+from glm5svc.serve.metrics import NightFiles, build_registry
 from glm5svc.serve.notify import Notifier
 from glm5svc.serve.phases import PRIORITY_ERR, PRIORITY_INFO, PRIORITY_WARNING
 from glm5svc.serve.post_ready import PostReadyHook
@@ -122,7 +122,7 @@ def _start_listener(
     config: Config, supervisor: Supervisor, sampler, sink, loop_stale_after_s: float
 ) -> HealthListener:
     service = config.service
-    registry = build_registry(supervisor.state, sampler)
+    registry = build_registry(supervisor.state, sampler, NightFiles(config.service.results_dir))
     try:
         listener = HealthListener(
             supervisor.state,

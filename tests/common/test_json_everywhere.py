@@ -27,6 +27,8 @@ import pytest
 from glm5svc.bench.results import SUMMARY_SCHEMA
 from glm5svc.cli import build_parser, json_commands, main
 from glm5svc.json_output import schema_name
+from glm5svc.night.report import REPORT_SCHEMA, report_document
+from glm5svc.night.state import NightState
 from testkit.engine import free_port
 from tests.support.fake_bench_serving import fake_python
 
@@ -139,6 +141,26 @@ class Env:
                            confirmation_detail="confirmed by a fresh start")  # fmt: skip
             (target / "summary.json").write_text(json.dumps(summary))
         return str(target)
+
+    def night(self, report: bool = True) -> str:
+        """A night's folder as `glm5svc night` leaves it: its state, and its report."""
+        folder = self.tmp / "night"
+        state = NightState(
+            folder,
+            str(EXAMPLE),
+            "2026-12-04T20:00:00.000+00:00",
+            "2026-12-05T04:00:00+00:00",
+            28800.0,
+            {"concurrency": 8},
+            3,
+            [],
+        )
+        folder.mkdir(exist_ok=True)
+        state.outcome, state.headline = "unchanged", "tune: nothing confirmed"
+        state.save()
+        if report:
+            (folder / "report.json").write_text(json.dumps(report_document(state)))
+        return str(folder)
 
     def close(self) -> None:
         for server in self._servers:
@@ -334,6 +356,23 @@ CASES: dict[tuple[str, ...], list[Case]] = {
         ),  # fmt: skip
         Case("no such run", lambda e: ["tune", "apply", str(e.tmp / "none"), "--no-restart"], 78),
     ],
+    ("night", "plan"): [
+        Case("the example's night", lambda e: ["--config", str(EXAMPLE), "night", "plan"], 0),
+        Case("a budget with no room for a tune", lambda e: ["night", "plan", "--budget", "1s"], 78),
+    ],
+    ("night", "begin"): [
+        Case(
+            "a budget with no room for a tune", lambda e: ["night", "begin", "--budget", "1s"], 78
+        ),
+    ],
+    ("night", "status"): [
+        Case("a night's folder", lambda e: ["night", "status", e.night()], 0, "glm5svc.night/1"),
+        Case("no such folder", lambda e: ["night", "status", str(e.tmp / "none")], 78),
+    ],
+    ("night", "report"): [
+        Case("a night's report", lambda e: ["night", "report", e.night()], 0, REPORT_SCHEMA),
+        Case("no report yet", lambda e: ["night", "report", e.night(report=False)], 78),
+    ],
     ("tune", "show"): [
         Case("a recorded tune", lambda e: ["tune", "show", str(TUNE_RUN)], 0),
         Case("no such run", lambda e: ["tune", "show", str(e.tmp / "none")], 78),
@@ -348,6 +387,7 @@ CASES: dict[tuple[str, ...], list[Case]] = {
 NO_SUCCESS_HERE = {
     ("preflight",): "exit 0 needs the target GPUs, driver and model files",
     ("tune", "run"): "a whole tune; tests/tune/test_tune_end_to_end.py runs one with --json",
+    ("night", "begin"): "starts glm5-tune.service; tests/night runs it behind a stand-in systemctl",
 }
 DISCOVERED = json_commands(build_parser())
 

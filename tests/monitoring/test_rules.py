@@ -22,7 +22,8 @@ UNIT_TESTS = HERE / "glm5svc-rules.test.yml"
 REPO = HERE.parents[1]
 RECORDED_ENGINE = sorted((REPO / "tests" / "fixtures" / "real_engine").glob("*/metrics-*.txt"))
 RUNBOOK_COMMANDS = ("glm5svc status", "glm5svc preflight", "journalctl -u glm5", "glm5svc bench",
-                    "glm5svc telemetry", "glm5svc command", "systemctl status")  # fmt: skip
+                    "glm5svc telemetry", "glm5svc command", "systemctl status",
+                    "glm5svc night")  # fmt: skip
 PROMQL_WORDS = {
     "sum", "max", "min", "avg", "by", "on", "and", "or", "unless", "rate", "increase", "resets",
     "histogram_quantile", "without", "count", "label_values", "vector",

@@ -1,0 +1,377 @@
+"""The night on the box, step by step (state.STEPS), each step resumable and idempotent.
+
+evening   the configuration as it serves, kept byte for byte (evening.yaml); glm5.service up
+baseline  `glm5svc bench` on the tune's workload: the evening's windows
+tune      `glm5svc tune run --take-over` (or `--resume` its folder), within what the budget
+          leaves after the morning's steps; glm5.service is started again after it whatever
+          happened to the tune
+apply     `glm5svc tune apply` only a confirmed overlay (it restarts glm5.service)
+morning   the same bench against the tuned service
+compare   morning against evening with an interval (compare.py)
+rollback  the evening's configuration back and glm5.service restarted on it: when the
+          morning is worse beyond the noise or does not come up, and after any failure or
+          stop (then the night's outcome says failed or stopped)
+report    report.md and report.json in the night's folder, the last night's record
+
+Every failure and every stop ends in `rollback`: glm5.service serves the evening's
+configuration. A night killed at any point (SIGKILL, a reboot) runs again from its state
+file: the step that was running runs again, the tune with `--resume`.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from glm5svc.atomic_file import write_atomic
+from glm5svc.config import Config
+from glm5svc.errors import Glm5Error
+from glm5svc.night import units
+from glm5svc.night.children import Finished, Stopped, glm5svc_argv, run_child
+from glm5svc.night.compare import compare_mornings
+from glm5svc.night.fleet_turn import FleetTurn
+from glm5svc.night.report import write_report
+from glm5svc.night.serving import wait_serving
+from glm5svc.night.state import NightState, current_night, set_current
+
+EXIT_CONFIG = 78  # tune apply refused the overlay (not confirmed, measured elsewhere)
+RESTART_GUESS_S = 120.0  # a start of glm5.service before one is measured
+MARGIN_S = 60.0
+
+
+class StepFailed(Glm5Error):
+    """A step could not do its part; the night restores the evening's configuration."""
+
+
+class Night:
+    def __init__(
+        self,
+        state: NightState,
+        config: Config,
+        stop: threading.Event,
+        log: Callable[[str], None] = print,
+    ):
+        self.state = state
+        self.config = config
+        self.stop = stop
+        self.log = log
+        self.turn = FleetTurn(config, state, log)
+
+    # ----- the chain ----------------------------------------------------------------
+
+    def run(self) -> str:
+        state = self.state
+        try:
+            if state.outcome is None:
+                self._chain()
+        except Stopped as exc:
+            self._cut("stopped", str(exc))
+        except (Glm5Error, OSError, ValueError) as exc:
+            self._cut("failed", str(exc).splitlines()[0])
+        if state.outcome in ("rolled_back", "failed", "stopped"):
+            try:
+                self._once("rollback", self.rollback)
+            except (Glm5Error, OSError) as exc:
+                state.end_step("rollback", "failed", str(exc).splitlines()[0])
+                state.outcome = "failed"
+                state.headline = f"{state.headline}; the rollback failed: {exc}"
+        self._once("report", self.report)
+        results = self.config.service.results_dir
+        if current_night(results) == state.night_dir:  # ended: nothing to continue at boot
+            set_current(results, None)
+        return state.outcome or "failed"
+
+    def _cut(self, outcome: str, why: str) -> None:
+        """The running step ends `outcome`; the night's outcome says which and why."""
+        step = next((s for s, e in self.state.steps.items() if e.get("status") == "running"), None)
+        if step is not None:
+            self.state.end_step(step, outcome, why)
+        where = f"during {step}" if step else "before its first step"
+        if outcome == "stopped":
+            self._decide(outcome, f"stopped by the operator {where}")
+        else:
+            self._decide(outcome, f"{step or 'the night'} failed: {why}")
+
+    def _chain(self) -> None:
+        self._once("evening", self.evening)
+        self._once("baseline", self.baseline)
+        tuned = self._once("tune", self.tune)
+        if not tuned.get("apply"):
+            self._decide("unchanged", tuned.get("why") or "nothing to apply")
+            return
+        applied = self._once("apply", self.apply)
+        if not applied.get("applied"):
+            self._decide("unchanged", applied.get("why") or "tune apply refused the overlay")
+            return
+        if applied.get("came_up") is False:
+            self._decide("rolled_back", f"the tuned service did not come up: {applied['why']}")
+            return
+        morning = self._once("morning", self.morning)
+        if not morning.get("serving"):
+            self._decide("rolled_back", f"the tuned service did not come up: {morning['why']}")
+            return
+        verdict = self._once("compare", self.compare)
+        if verdict["verdict"] == "worse":
+            self._decide("rolled_back", f"the morning is worse beyond the noise: {verdict['text']}")
+        else:
+            self._decide("tuned", f"the confirmed overlay serves: {verdict['text']}")
+
+    def _once(self, name: str, step: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        """Run `step` unless it is done; its data either way."""
+        if self.state.status_of(name) in ("done", "skipped"):
+            return self.state.data(name)
+        if self.stop.is_set() and name not in ("rollback", "report"):
+            raise Stopped(f"before {name}")
+        self.state.begin_step(name)
+        self.log(f"night: {name}")
+        data = step()
+        self.state.end_step(name, "done", data.pop("detail"), **data)
+        return self.state.data(name)
+
+    def _decide(self, outcome: str, headline: str) -> None:
+        self.state.outcome, self.state.headline = outcome, headline
+        self.state.note(f"outcome: {outcome}: {headline}")
+
+    # ----- the steps ----------------------------------------------------------------
+
+    def evening(self) -> dict[str, Any]:
+        evening = self.state.evening_config
+        config_path = Path(self.state.config_path)
+        if not evening.exists():  # a second run keeps the first copy: it is the evening's
+            write_atomic(evening, config_path.read_bytes(), mode=0o600)
+        began = time.monotonic()
+        started = units.ensure_started()
+        start_s = round(time.monotonic() - began, 1) if started else None
+        why = wait_serving(self.config, self.stop)
+        if why:
+            raise StepFailed(f"glm5.service does not serve the evening's configuration: {why}")
+        detail = f"kept {config_path} as {evening.name}; glm5.service serves" + (
+            f" (started it: {start_s:.0f} s)" if started else ""
+        )
+        return {"detail": detail, "start_s": start_s}
+
+    def baseline(self) -> dict[str, Any]:
+        return self._bench("evening")
+
+    def tune(self) -> dict[str, Any]:
+        state = self.state
+        budget_s = self._tune_budget_s()
+        if budget_s < self._restart_s():
+            return {
+                "detail": f"skipped: the budget leaves {budget_s:.0f} s for the tune, "
+                "less than one engine start",
+                "apply": False,
+                "why": "the budget left no room for the tune",
+            }
+        self.turn.wait_for_turn(self.stop)
+        resume = (state.tune_dir / "tune.json").is_file()
+        where = ["--resume", str(state.tune_dir)] if resume else ["--run-dir", str(state.tune_dir)]
+        argv = glm5svc_argv(
+            state.config_path,
+            "tune",
+            "run",
+            "--take-over",
+            "--json",
+            *where,
+            "--budget",
+            f"{budget_s:.0f}s",
+            *workload_args(state.workload, tune=True),
+            *state.tune_args,
+        )
+        if not resume and state.tune_dir.exists():  # cut before its run began: nothing measured
+            for leftover in sorted(state.tune_dir.rglob("*"), reverse=True):
+                leftover.rmdir() if leftover.is_dir() else leftover.unlink()
+        try:
+            done = run_child(argv, "tune", state.night_dir, self.stop)
+        finally:
+            hand_back(self.config.server.cache_dir)
+            units.ensure_started()  # a tune killed mid-way never started it again
+            self.turn.back_in_rotation(self.stop)
+        summary = done.document or {}
+        if done.returncode != 0:
+            raise StepFailed(f"glm5svc tune run exited {done.returncode}: {done.error()}")
+        confirmed, overlay = summary.get("confirmed"), summary.get("overlay") or {}
+        dropped = ((summary.get("plan") or {}).get("dropped")) or []
+        facts = {
+            "run_dir": str(state.tune_dir),
+            "resumed": resume,
+            "budget_s": round(budget_s),
+            "confirmed": confirmed,
+            "confirmation": summary.get("confirmation"),
+            "overlay": overlay,
+            "gain": summary.get("gain"),
+            "best": (summary.get("best") or {}).get("setting"),
+            "stopped_by": summary.get("stopped_by"),
+            "dropped": [d.get("knob") or d for d in dropped],
+        }
+        if not overlay:
+            why = "no setting measured better than the evening's"
+        elif confirmed is not True:
+            why = f"the best was not confirmed ({summary.get('confirmation') or 'no reason'})"
+        else:
+            why = None
+        detail = why or f"confirmed overlay {overlay}"
+        return {"detail": f"tune: {detail}", "apply": why is None, "why": why, **facts}
+
+    def apply(self) -> dict[str, Any]:
+        self.turn.wait_for_turn(self.stop)
+        argv = glm5svc_argv(
+            self.state.config_path, "tune", "apply", str(self.state.tune_dir), "--json"
+        )
+        done = run_child(argv, "apply", self.state.night_dir, self.stop)
+        if done.returncode == EXIT_CONFIG:
+            why = f"tune apply refused it: {done.error()}"
+            return {"detail": why, "applied": False, "why": why}
+        if done.returncode != 0:
+            written = (
+                Path(self.state.config_path).read_bytes() != self.state.evening_config.read_bytes()
+            )
+            if not written:
+                raise StepFailed(f"glm5svc tune apply exited {done.returncode}: {done.error()}")
+            why = f"tune apply wrote the overlay, then: {done.error()}"
+            return {"detail": why, "applied": True, "came_up": False, "why": why}
+        result = done.document or {}
+        try:
+            units.ensure_started()  # tune apply restarts only an active unit
+        except units.UnitError as exc:
+            why = f"glm5.service does not start on the tuned configuration: {exc}"
+            return {"detail": why, "applied": True, "came_up": False, "why": why}
+        return {
+            "detail": f"applied {result.get('changed')}; glm5.service restarted",
+            "applied": True,
+            "changed": result.get("changed"),
+            "backup": result.get("backup"),
+        }
+
+    def morning(self) -> dict[str, Any]:
+        why = wait_serving(self.config, self.stop)
+        if why:
+            return {"detail": f"glm5.service does not serve: {why}", "serving": False, "why": why}
+        self.turn.back_in_rotation(self.stop)
+        return {**self._bench("morning"), "serving": True}
+
+    def compare(self) -> dict[str, Any]:
+        evening = self.state.data("baseline")["throughputs"]
+        morning = self.state.data("morning")["throughputs"]
+        comparison = compare_mornings(evening, morning).to_dict()
+        return {"detail": comparison["text"], **comparison}
+
+    def rollback(self) -> dict[str, Any]:
+        config_path = Path(self.state.config_path)
+        kept = self.state.evening_config
+        evening = kept.read_bytes() if kept.exists() else None
+        changed = evening is not None and config_path.read_bytes() != evening
+        if changed:
+            target = config_path.resolve()  # written through a link, as tune apply does
+            write_atomic(target, evening, mode=target.stat().st_mode & 0o7777)
+        active = units.is_active()
+        if changed or not active:
+            if active:  # it serves the tuned setting: the others first, as for any restart
+                self.turn.wait_for_turn(threading.Event(), bounded=False)
+            units.systemctl("reset-failed", units.SERVICE_UNIT, timeout_s=60)
+            units.act("restart")
+        why = wait_serving(self.config, threading.Event())
+        if why:
+            self.state.outcome = "failed"
+            self.state.headline = (
+                f"{self.state.headline}; and glm5.service does not serve "
+                f"the evening's configuration: {why}"
+            )
+            return {
+                "detail": f"glm5.service does not serve after the rollback: {why}",
+                "restored": changed,
+                "serving": False,
+            }
+        self.turn.back_in_rotation(threading.Event())
+        what = "put the evening's configuration back and restarted" if changed else "kept"
+        return {
+            "detail": f"{what} glm5.service: it serves the evening's configuration",
+            "restored": changed,
+            "serving": True,
+        }
+
+    def report(self) -> dict[str, Any]:
+        return {"detail": f"wrote {write_report(self.state, self.config)}"}
+
+    # ----- helpers ------------------------------------------------------------------
+
+    def _bench(self, side: str) -> dict[str, Any]:
+        began = time.monotonic()
+        argv = glm5svc_argv(
+            self.state.config_path,
+            "bench",
+            *workload_args(self.state.workload, tune=False),
+            "--windows",
+            str(self.state.windows),
+            "--baseline",
+            "none",
+            "--results-dir",
+            str(self.state.night_dir / side),
+            "--json",
+        )
+        done = run_child(argv, f"bench-{side}", self.state.night_dir, self.stop)
+        throughputs = bench_windows(done)
+        if len(throughputs) < 2:
+            raise StepFailed(
+                f"the {side} bench gave {len(throughputs)} window(s), two at least are needed "
+                f"(exit status {done.returncode}: {done.error()})"
+            )
+        wall_s = round(time.monotonic() - began, 1)
+        mean = sum(throughputs) / len(throughputs)
+        return {
+            "detail": f"{side}: {len(throughputs)} windows, mean {mean:,.1f} tok/s "
+            f"({wall_s:.0f} s)",
+            "throughputs": throughputs,
+            "wall_s": wall_s,
+            "summary": (done.document or {}).get("run_dir"),
+        }
+
+    def _restart_s(self) -> float:
+        measured = self.state.data("evening").get("start_s")
+        planned = (self.state.plan.get("tune") or {}).get("start_s")
+        return float(measured or planned or RESTART_GUESS_S)
+
+    def _tune_budget_s(self) -> float:
+        """What is left before the deadline once the morning's steps are set aside: the
+        morning bench (as long as the evening's), the apply's restart and a rollback's."""
+        deadline = datetime.fromisoformat(self.state.deadline_at).timestamp()
+        reserve = float(self.state.data("baseline").get("wall_s") or 0) + 2 * self._restart_s()
+        return deadline - time.time() - reserve - MARGIN_S
+
+
+def workload_args(workload: dict[str, Any], tune: bool) -> list[str]:
+    """The workload as `tune run`'s options (tune) or `bench`'s (one level: the concurrency)."""
+    args = ["--concurrency" if tune else "--ladder", str(workload["concurrency"])]
+    if workload.get("request_file"):
+        return [*args, "--request-file", str(workload["request_file"])]
+    for key, flag in (("input_len", "--input-len"), ("output_len", "--output-len")):
+        if workload.get(key):
+            args += [flag, str(workload[key])]
+    return args
+
+
+def bench_windows(done: Finished) -> list[float]:
+    """The measured windows of the bench's one level (its steady throughputs)."""
+    levels = (done.document or {}).get("levels") or []
+    steady = (levels[0].get("steady") or {}) if levels else {}
+    return [float(v) for v in steady.get("throughputs") or []]
+
+
+def hand_back(cache_dir: Path | None) -> None:
+    """The engine's caches the trials wrote (as root, the night's user) to the owner of the
+    cache folder: glm5.service (user glm5) reads and extends them at its next start."""
+    if cache_dir is None or not Path(cache_dir).is_dir():
+        return
+    owner = Path(cache_dir).stat()
+    for path in Path(cache_dir).rglob("*"):
+        try:
+            found = path.lstat()
+            if (found.st_uid, found.st_gid) != (owner.st_uid, owner.st_gid):
+                os.lchown(path, owner.st_uid, owner.st_gid)
+        except OSError:
+            continue  # gone meanwhile, or not ours to change: the next start says so

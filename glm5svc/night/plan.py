@@ -1,0 +1,107 @@
+"""The night's plan, printed at its start: what the budget holds.
+
+The night's budget = the evening's bench + the tune + the apply's restart + the morning's
+bench + a rollback's restart, kept in reserve. The benches and the restarts are set aside
+first; the tune gets the rest, and its own plan (`glm5svc tune run --plan`, the tune's cost
+model: glm5svc/tune/estimate.py) says what fits in that and what it drops. When the night
+runs, the tune's budget is worked out again from what the evening's bench and start took.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+from glm5svc.config import Config
+from glm5svc.errors import ConfigError
+from glm5svc.night.children import glm5svc_argv, run_child
+
+# A bench run adds ramps around its steady window (about two request lifetimes): a window
+# of measured time costs about twice that in wall time.
+RUN_PER_WINDOW = 2.0
+WARMUP_WINDOWS = 6  # the tune's plan counts the same warm-up (glm5svc/tune/estimate.py)
+
+
+def bench_estimate_s(config: Config, windows: int) -> float:
+    bench = config.benchmark
+    warmup = min(bench.warmup_max_s, WARMUP_WINDOWS * bench.window_s)
+    return warmup + windows * RUN_PER_WINDOW * bench.window_s
+
+
+def clock(seconds: float) -> str:
+    """8 h 00 min, 14 min 32 s, 9 s."""
+    seconds = max(0, int(seconds))
+    hours, rest = divmod(seconds, 3600)
+    if hours:
+        return f"{hours} h {rest // 60:02d} min"
+    return f"{rest // 60} min {rest % 60:02d} s" if rest >= 60 else f"{rest} s"
+
+
+def night_plan(
+    config: Config,
+    config_path: str,
+    workload_args: list[str],
+    tune_args: list[str],
+    windows: int,
+    budget_s: float,
+    folder: Path,
+) -> dict[str, Any]:
+    """The plan: the benches, the restarts and the tune's own plan for what is left."""
+    bench_s = bench_estimate_s(config, windows)
+    tune_plan = _tune_plan(config_path, workload_args, tune_args, budget_s, folder)
+    restart_s = float(tune_plan.get("start_s") or 0)
+    tune_budget_s = budget_s - 2 * bench_s - 2 * restart_s
+    if tune_budget_s < restart_s:
+        raise ConfigError(
+            f"the night's budget {clock(budget_s)} holds no tune: the benches ({clock(bench_s)} "
+            f"each) and two restarts ({clock(restart_s)} each) take it all; give a longer "
+            "--budget, fewer --windows or a shorter benchmark.window_s"
+        )
+    tune_plan = _tune_plan(config_path, workload_args, tune_args, tune_budget_s, folder)
+    return {
+        "budget_s": budget_s,
+        "bench_s": round(bench_s),
+        "restart_s": round(restart_s),
+        "tune_budget_s": round(tune_budget_s),
+        "tune": tune_plan,
+        "dropped": tune_plan.get("dropped") or [],
+    }
+
+
+def plan_lines(plan: dict[str, Any], windows: int) -> list[str]:
+    tune = plan["tune"]
+    lines = [
+        f"night plan: budget {clock(plan['budget_s'])}",
+        f"  evening: glm5.service up, its bench: {windows} windows, about {clock(plan['bench_s'])}",
+        f"  tune: {clock(plan['tune_budget_s'])} of it; its plan: {tune.get('starts')} engine "
+        f"start(s), {clock(tune.get('total_s') or 0)}, "
+        + ("fits" if tune.get("fits") else "the best may stay unconfirmed"),
+    ]
+    for dropped in plan["dropped"]:
+        lines.append(f"  dropped to fit: {dropped.get('knob', dropped)}")
+    lines.append(
+        f"  morning: apply and restart (about {clock(plan['restart_s'])}), the same bench, and "
+        f"a rollback's restart kept in reserve"
+    )
+    return lines
+
+
+def _tune_plan(
+    config_path: str, workload_args: list[str], tune_args: list[str], budget_s: float, folder: Path
+) -> dict[str, Any]:
+    argv = glm5svc_argv(
+        config_path,
+        "tune",
+        "run",
+        "--plan",
+        "--json",
+        "--budget",
+        f"{max(budget_s, 1):.0f}s",
+        *workload_args,
+        *tune_args,
+    )
+    done = run_child(argv, "tune-plan", folder, threading.Event())
+    if done.returncode != 0 or not done.document:
+        raise ConfigError(f"glm5svc tune run --plan refused the night's tune: {done.error()}")
+    return done.document
