@@ -170,9 +170,11 @@ def judge_paired(
     confidence: float = 0.95,
     comparisons: float = 1,
     looks: int = MAX_LOOKS,
+    look: int | None = None,
 ) -> Verdict:
     """Settings measured interleaved in one start: window i of each forms a pair. Only whole
-    A B B A blocks count (look k: the first 2k pairs, of at most `looks` looks)."""
+    A B B A blocks count (look k: the first 2k pairs, of at most `looks` looks; `look`
+    numbers the look instead, for a test that looks only at planned points)."""
     pairs = [
         math.log(c) - math.log(i)
         for c, i in zip(candidate, incumbent, strict=False)
@@ -182,7 +184,7 @@ def judge_paired(
     if len(pairs) < PAIRS_PER_LOOK:
         return Verdict(UNDECIDED, None, f"fewer than {PAIRS_PER_LOOK} paired windows")
     n = len(pairs)
-    look = n // PAIRS_PER_LOOK
+    look = n // PAIRS_PER_LOOK if look is None else look
     d = math.fsum(pairs) / n
     var = math.fsum((x - d) ** 2 for x in pairs) / (n - 1)
     se = math.sqrt(var / n)
