@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import tune_method
+from bench import tune_method, tune_recorded
 from bench.phases import run_phases
 from testkit.script_run import run_script
 
@@ -37,6 +37,7 @@ SHORT_RUN_TESTS = {
     "tune_fleet.py": "test_tune_fleet_short",
     "tune_method.py": "test_tune_method_short",
     "tune_plan.py": "test_tune_plan_short",
+    "tune_recorded.py": "test_tune_recorded_short",
     "tune_search.py": "test_tune_search_short",
 }
 
@@ -173,6 +174,29 @@ def test_tune_search_short(tmp_path):
     # Graphs double the throughput: no noise level leaves the search below its start.
     assert all(r["worse_than_start"] == 0 and r["mean_starts"] >= 3 for r in rows)
     assert "the search ends on the optimum" in done.stdout
+
+
+def test_tune_recorded_short(tmp_path):
+    """The real Search on the H200's recorded windows, at the tune's window: with no effect
+    it writes no change in at most 5 % of tunes, a +10 % live cap it writes in at least 80 %.
+    The seeds are few, so a rate fails only where it is off target beyond what they can tell
+    (the exact binomial bound at 99 %, one-sided)."""
+    out = tmp_path / "recorded.json"
+    done = run([sys.executable, "bench/tune_recorded.py", "--short", "--out", str(out)], 300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    figures = json.loads(out.read_text())
+    assert figures["window_s"] == figures["default_window_s"] == tune_recorded.tune_window()[0]
+    assert f"window {figures['window_s']:g} s" in done.stdout
+    null, effect = figures["rows"]
+    for row in (null, effect):
+        assert len(row["tunes"]) == figures["seeds"] == tune_recorded.SHORT_SEEDS
+        assert row["mean_starts"] >= 2  # the start and the null knob's
+    promoted = null["false_promotion"]
+    low, _ = tune_recorded.clopper_pearson(promoted["hits"], promoted["n"], 0.98)
+    assert low <= tune_recorded.FALSE_PROMOTION_TARGET, (promoted, done.stdout)
+    power = effect["power"]
+    _, high = tune_recorded.clopper_pearson(power["hits"], power["n"], 0.98)
+    assert high >= tune_recorded.POWER_TARGET, (power, done.stdout)
 
 
 def test_overhead_short():

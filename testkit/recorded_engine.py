@@ -1,0 +1,81 @@
+"""A stand-in engine for glm5svc.tune.search.Search whose starts and windows are the real
+engine's, resampled (testkit/recorded_noise.py), with each setting's true gain on top.
+
+It has the Executor signature the Search calls for each engine start: the start draws its
+level from the recorded starts, then measures rounds of one window per live value in
+A B B A order (the value order reversed every other round, as glm5svc/tune/trial.py does)
+and asks the Search's decider after every whole block of two rounds. Restart settings are
+separate calls, so each gets its own start level. A start can be made to fail
+(`fail_start`), as an engine that does not come up.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from glm5svc.tune.trial import CONTINUE, PRUNE, RunFigures, TrialOutcome
+from testkit.recorded_noise import OUTPUT, TOTAL, Resampler
+
+REQUESTS_PER_WINDOW = 8  # what RunFigures counts as completed and requested: any positive
+
+
+@dataclass
+class RecordedEngine:
+    resampler: Resampler
+    truth: Callable[[dict[str, Any]], float]  # a setting's true gain (1.0: none)
+    live_knob: str | None
+    window_s: float
+    settle_s: float = 0.0
+    warmup_s: float = 0.0  # virtual time a start spends before its first window
+    fail_start: Callable[[int, dict[str, Any]], bool] = lambda number, candidate: False
+    starts: int = 0
+    windows: int = 0
+    virtual_s: float = 0.0  # the measuring time the real engine would have spent
+    levels: list[int] = field(default_factory=list)  # the recorded start each start drew
+
+    def __call__(self, number, candidate, mapping, decide, deadline, live_values) -> TrialOutcome:
+        self.starts += 1
+        if self.fail_start(number, candidate):
+            return TrialOutcome("failed", failure="the stand-in start failed", wall_s=1.0)
+        level = self.resampler.start_level()
+        self.levels.append(level.recorded_start)
+        self.virtual_s += self.warmup_s
+        values: tuple[int | None, ...] = tuple(live_values) or (None,)
+        runs: list[RunFigures] = []
+        for round_index in itertools.count():
+            order = values if round_index % 2 == 0 else tuple(reversed(values))
+            for value in order:
+                setting = dict(candidate)
+                if value is not None and self.live_knob:
+                    setting[self.live_knob] = value
+                gain = self.truth(setting)
+                rates = self.resampler.window(level)
+                self.windows += 1
+                self.virtual_s += self.window_s + (self.settle_s if len(values) > 1 else 0)
+                runs.append(
+                    RunFigures(
+                        throughput=rates[TOTAL] * gain,
+                        output_throughput=rates[OUTPUT] * gain,
+                        ttft_p99_ms=None,
+                        itl_p99_ms=None,
+                        ttft_median_ms=None,
+                        power_share=None,
+                        running_max=None,
+                        queue_mean=None,
+                        token_usage_max=None,
+                        wall_s=self.window_s,
+                        completed=REQUESTS_PER_WINDOW,
+                        requested=REQUESTS_PER_WINDOW,
+                        live_value=value,
+                        round=round_index,
+                    )
+                )
+            if round_index % 2 == 0:
+                continue  # a half block: the decider looks at whole A B B A blocks only
+            verdict = decide(runs)
+            if verdict != CONTINUE:
+                status = "pruned" if verdict == PRUNE else "measured"
+                return TrialOutcome(status, runs=runs, kv_pool_tokens=1000, wall_s=1.0)
