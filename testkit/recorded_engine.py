@@ -6,7 +6,8 @@ level from the recorded starts, then measures rounds of one window per live valu
 A B B A order (the value order reversed every other round, as glm5svc/tune/trial.py does)
 and asks the Search's decider after every whole block of two rounds. Restart settings are
 separate calls, so each gets its own start level. A start can be made to fail
-(`fail_start`), as an engine that does not come up.
+(`fail_start`), as an engine that does not come up, or cut by a signal (`should_stop`: the
+windows measured so far come back, the start "interrupted").
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ class RecordedEngine:
     settle_s: float = 0.0
     warmup_s: float = 0.0  # virtual time a start spends before its first window
     fail_start: Callable[[int, dict[str, Any]], bool] = lambda number, candidate: False
+    should_stop: Callable[[], bool] = lambda: False  # a signal: the start is cut, as trial.py does
     starts: int = 0
     windows: int = 0
     virtual_s: float = 0.0  # the measuring time the real engine would have spent
@@ -48,6 +50,8 @@ class RecordedEngine:
         for round_index in itertools.count():
             order = values if round_index % 2 == 0 else tuple(reversed(values))
             for value in order:
+                if self.should_stop():
+                    return TrialOutcome("interrupted", runs=runs, kv_pool_tokens=1000, wall_s=1.0)
                 setting = dict(candidate)
                 if value is not None and self.live_knob:
                     setting[self.live_knob] = value

@@ -220,3 +220,31 @@ class Resampler:
             / self.own[index][m]
             for m in (OUTPUT, TOTAL)
         }
+
+
+def synthetic_reads(schedule: list[tuple[int, int]], rates: list[float], t0: float = 100.0,
+                    prefill_per_s: float = 10.0) -> dict:  # fmt: skip
+    """A recording in the precision scenario's format, for tests: reads one second apart
+    through phases [(cap, seconds)], the output tokens of second i rates[i % len(rates)],
+    the prefill a constant rate."""
+    reads, phases = [], []
+    t, decode, prefill, second = t0, 0.0, 0.0, 0
+    for index, (cap, seconds) in enumerate(schedule):
+        phases.append({"index": index, "cap": cap, "began": t, "seconds": float(seconds)})
+        for _ in range(seconds):
+            reads.append({"t": t, "phase": index, "cap": cap, "running": 1, "queued": 0,
+                          "completed": 0, "prefill_compute": prefill, "prefill_cache": 0,
+                          "decode": decode, "ttft": [], "itl": []})  # fmt: skip
+            t += 1.0
+            decode += rates[second % len(rates)]
+            prefill += prefill_per_s
+            second += 1
+    return {"reads": reads, "phases": phases, "streamed": [], "fired_up_s": 1.0}
+
+
+def write_recording(folder: Path, starts: list[dict]) -> Path:
+    """Each start's reads as start{N}-reads.json (N from 1)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for number, data in enumerate(starts, start=1):
+        (folder / f"start{number}-reads.json").write_text(json.dumps(data))
+    return folder

@@ -3,7 +3,6 @@ built on it (testkit/recorded_engine.py), on small recordings written here."""
 
 from __future__ import annotations
 
-import json
 import random
 import statistics
 
@@ -17,36 +16,13 @@ from testkit.recorded_noise import (
     Resampler,
     load_recording,
     series_of_start,
+    synthetic_reads,
+    write_recording,
 )
 
 
-def reads_of(schedule, rates, t0=100.0, prefill_per_s=10.0):
-    """Reads one second apart through phases [(cap, seconds)], the output tokens of second i
-    rates[i % len(rates)], the prefill a constant rate per second."""
-    reads, phases = [], []
-    t, decode, prefill, second = t0, 0.0, 0.0, 0
-    for index, (cap, seconds) in enumerate(schedule):
-        phases.append({"index": index, "cap": cap, "began": t, "seconds": float(seconds)})
-        for _ in range(seconds):
-            reads.append({"t": t, "phase": index, "cap": cap, "running": 1, "queued": 0,
-                          "completed": 0, "prefill_compute": prefill, "prefill_cache": 0,
-                          "decode": decode, "ttft": [], "itl": []})  # fmt: skip
-            t += 1.0
-            decode += rates[second % len(rates)]
-            prefill += prefill_per_s
-            second += 1
-    return {"reads": reads, "phases": phases, "streamed": [], "fired_up_s": 1.0}
-
-
-def write_starts(folder, starts):
-    folder.mkdir(exist_ok=True)
-    for number, data in enumerate(starts, start=1):
-        (folder / f"start{number}-reads.json").write_text(json.dumps(data))
-    return folder
-
-
 def test_the_warm_up_the_settle_and_the_cap_change_are_left_out():
-    data = reads_of([(1024, 5), (1024, 6), (64, 8)], rates=[100.0])
+    data = synthetic_reads([(1024, 5), (1024, 6), (64, 8)], rates=[100.0])
     series = series_of_start(data, 1, settle_s=3.0)
     assert [(s.cap, len(s.seconds)) for s in series] == [(1024, 5), (64, 4)]
     # 1024: the 6 reads of phase 1 give 5 intervals (the one from the warm-up is across
@@ -56,7 +32,7 @@ def test_the_warm_up_the_settle_and_the_cap_change_are_left_out():
 
 
 def test_a_counter_that_goes_back_is_refused_by_start():
-    data = reads_of([(1024, 3), (1024, 4)], rates=[100.0])
+    data = synthetic_reads([(1024, 3), (1024, 4)], rates=[100.0])
     data["reads"][-1]["decode"] = 0.0
     with pytest.raises(RecordingError, match="start 7: .* go backwards"):
         series_of_start(data, 7, settle_s=0)
@@ -69,7 +45,7 @@ def test_a_folder_without_reads_says_what_writes_them(tmp_path):
 
 def test_a_block_is_the_window_long_and_wraps(tmp_path):
     rates = [float(r) for r in range(10, 130, 10)]  # 12 distinct seconds
-    folder = write_starts(tmp_path / "rec", [reads_of([(256, 2), (256, 13)], rates)])
+    folder = write_recording(tmp_path / "rec", [synthetic_reads([(256, 2), (256, 13)], rates)])
     recording = load_recording(folder, settle_s=0)
     (series,) = recording.of_cap(256)
     assert len(series.seconds) == 12
@@ -83,10 +59,10 @@ def test_a_block_is_the_window_long_and_wraps(tmp_path):
 
 
 def test_a_resampled_series_keeps_its_mean(tmp_path):
-    starts = [reads_of([(256, 2), (256, 21)], [90.0, 130.0, 100.0, 80.0], t0=10.0 * n)
+    starts = [synthetic_reads([(256, 2), (256, 21)], [90.0, 130.0, 100.0, 80.0], t0=10.0 * n)
               for n in range(3)]  # fmt: skip
-    starts[1] = reads_of([(256, 2), (256, 21)], [120.0, 150.0, 110.0, 140.0])
-    recording = load_recording(write_starts(tmp_path / "rec", starts), settle_s=0)
+    starts[1] = synthetic_reads([(256, 2), (256, 21)], [120.0, 150.0, 110.0, 140.0])
+    recording = load_recording(write_recording(tmp_path / "rec", starts), settle_s=0)
     for series in recording.of_cap(256):
         n = len(series.seconds)
         blocks = [series.block(offset, 7, OUTPUT) for offset in range(n)]
@@ -107,7 +83,8 @@ def test_a_resampled_series_keeps_its_mean(tmp_path):
 
 def test_the_stand_in_measures_a_b_b_a_and_asks_after_whole_blocks(tmp_path):
     recording = load_recording(
-        write_starts(tmp_path / "rec", [reads_of([(256, 2), (256, 30)], [100.0])]), settle_s=0
+        write_recording(tmp_path / "rec", [synthetic_reads([(256, 2), (256, 30)], [100.0])]),
+        settle_s=0,
     )
     resampler = Resampler(recording, 256, window_s=5.0, rng=random.Random(0))
     engine = RecordedEngine(resampler, lambda s: 1.1 if s["cap"] == 2 else 1.0, "cap", 5.0)
