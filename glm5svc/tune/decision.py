@@ -13,14 +13,18 @@ Figures are compared as log throughput, so a gain is a ratio and the spread a sh
 A candidate is:
 - better: the lower bound of its gain exceeds the minimum effect;
 - worse: the upper bound of its gain is below zero;
-- equivalent: its whole interval lies within plus or minus the minimum effect;
+- equivalent: its equivalence interval lies within plus or minus the minimum effect;
 - undecided: none of these, not enough evidence yet.
 The bounds are one-sided at (1 - confidence) / comparisons x 6 / (pi^2 k^2) at the k-th look
-of a comparison: a Bonferroni correction for the comparisons of a pass, and an alpha spent
-over looks that sums to (1 - confidence) / comparisons however many looks are taken (sum of
-6 / (pi^2 k^2) over k >= 1 is 1). The union over looks makes the sequence of intervals a
-confidence sequence: a search that looks after every block of windows, and stops on the
-first "better", promotes a setting with no real gain in at most 1 - confidence of passes.
+of a comparison: a Bonferroni correction over every comparison the search makes (its
+share, `comparisons`, is given by the search: glm5svc/tune/search.py `comparison_share`),
+and an alpha spent over looks that sums to (1 - confidence) / comparisons however many
+looks are taken (sum of 6 / (pi^2 k^2) over k >= 1 is 1). The union over looks makes the
+sequence of intervals a confidence sequence: a search that looks after every block of
+windows, and stops on the first "better", promotes a setting with no real gain in at most
+1 - confidence of tunes. "Equivalent" keeps the start, so its interval (two one-sided tests
+at 1 - confidence, spent over looks the same way) needs no correction for the number of
+comparisons: a wrong "equivalent" costs a gain, never writes a change.
 - Live settings are looked at after each whole A B B A block (two pairs): look k uses the
   first 2k pairs, so linear drift within a block cancels and no pair is looked at twice.
 - Restart settings are looked at once per engine start of either side after the
@@ -44,7 +48,7 @@ BETTER, WORSE, EQUIVALENT, UNDECIDED = "better", "worse", "equivalent", "undecid
 # simulation shows the rates these give (docs/performance-tune.md).
 # The H200 testbed's starts of one setting agreed within about 4 % (three starts: 6.7 % from
 # lowest to highest, a standard deviation near 4 %: docs/performance-tune.md).
-PRIOR_START_SPREAD = 0.02
+PRIOR_START_SPREAD = 0.05
 PRIOR_WEIGHT = 2
 MAX_STARTS = 6  # per candidate and comparison (bench/tune_method.py: power against drift)
 PAIRS_PER_LOOK = 2  # an A B B A block of a live comparison
@@ -95,6 +99,8 @@ class Gain:
     basis: str  # "starts" or "paired windows"
     n_candidate: int
     n_incumbent: int
+    equivalence_low: float | None = None  # the equivalence interval (no multiplicity term)
+    equivalence_high: float | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -142,6 +148,9 @@ class StartModel:
     sigma: float
     dof: float
     covariance: dict[tuple[str, str], float]  # of the levels, per unit variance
+    observed: float | None = None  # what the replicated starts alone show (None: none)
+    replicated: int = 0  # degrees of freedom the starts give (starts - settings started)
+    prior: float = PRIOR_START_SPREAD
 
     @classmethod
     def fit(
@@ -190,6 +199,20 @@ class StartModel:
             sigma=math.sqrt(variance),
             dof=dof,
             covariance=covariance,
+            observed=math.sqrt(rss / free) if free > 0 else None,
+            replicated=free,
+            prior=prior,
+        )
+
+    def describe_spread(self) -> str:
+        """The spread the interval used, and where it came from."""
+        if self.observed is None:
+            return (
+                f"start-to-start spread {self.sigma:.1%} (the prior: no setting started twice yet)"
+            )
+        return (
+            f"start-to-start spread {self.sigma:.1%} (the starts' own {self.observed:.1%} "
+            f"over {self.replicated} degree(s) of freedom, the prior {self.prior:.1%})"
         )
 
     def contrast(self, candidate: str, incumbent: str) -> tuple[float, float]:
@@ -199,7 +222,10 @@ class StartModel:
         return self.levels[candidate] - self.levels[incumbent], self.sigma * math.sqrt(max(var, 0))
 
     def to_dict(self) -> dict:
-        return {"sigma": self.sigma, "dof": self.dof, "drift": self.drift}
+        return {
+            "sigma": self.sigma, "dof": self.dof, "drift": self.drift,
+            "observed": self.observed, "replicated": self.replicated, "prior": self.prior,
+        }  # fmt: skip
 
 
 def classify(gain: Gain, min_effect: float) -> str:
@@ -207,12 +233,16 @@ def classify(gain: Gain, min_effect: float) -> str:
         return BETTER
     if gain.high < 0:
         return WORSE
-    if gain.low > -min_effect and gain.high < min_effect:
+    low = gain.low if gain.equivalence_low is None else gain.equivalence_low
+    high = gain.high if gain.equivalence_high is None else gain.equivalence_high
+    if low > -min_effect and high < min_effect:
         return EQUIVALENT
     return UNDECIDED
 
 
-def _gain(d: float, se: float, q: float, basis: str, n_c: int, n_i: int) -> Gain:
+def _gain(d: float, se: float, q: float, basis: str, n_c: int, n_i: int,
+          q_equivalence: float | None = None) -> Gain:  # fmt: skip
+    q_eq = q if q_equivalence is None else q_equivalence
     return Gain(
         estimate=math.expm1(d),
         low=math.expm1(d - q * se),
@@ -220,14 +250,16 @@ def _gain(d: float, se: float, q: float, basis: str, n_c: int, n_i: int) -> Gain
         basis=basis,
         n_candidate=n_c,
         n_incumbent=n_i,
+        equivalence_low=math.expm1(d - q_eq * se),
+        equivalence_high=math.expm1(d + q_eq * se),
     )
 
 
-def _one_sided(confidence: float, comparisons: int, look: int = 1) -> float:
+def _one_sided(confidence: float, comparisons: float, look: int = 1) -> float:
     """The one-sided level of the k-th look: (1 - confidence) / comparisons spent over looks
     as 6 / (pi^2 k^2), which sums to one over every k."""
     spent = 6 / (math.pi**2 * max(1, look) ** 2)
-    return 1 - (1 - confidence) / max(1, comparisons) * spent
+    return 1 - (1 - confidence) / max(1.0, comparisons) * spent
 
 
 def judge_starts(
@@ -238,7 +270,7 @@ def judge_starts(
     *,
     min_effect: float,
     confidence: float = 0.95,
-    comparisons: int = 1,
+    comparisons: float = 1,
     look: int = 1,
 ) -> Verdict:
     """Settings that need a restart, from the model of every start so far."""
@@ -246,11 +278,12 @@ def judge_starts(
         return Verdict(UNDECIDED, None, "no start measured")
     d, se = model.contrast(candidate, incumbent)
     q = t_quantile(_one_sided(confidence, comparisons, look), model.dof)
-    gain = _gain(d, se, q, "starts", *counts)
+    q_eq = t_quantile(_one_sided(confidence, 1, look), model.dof)
+    gain = _gain(d, se, q, "starts", *counts, q_equivalence=q_eq)
     drift = "" if model.drift is None else f", drift {math.expm1(model.drift):+.2%} per start"
     why = (
         f"{gain.estimate:+.1%} [{gain.low:+.1%}, {gain.high:+.1%}] over {counts[0]} and "
-        f"{counts[1]} start(s), start-to-start spread {model.sigma:.1%}{drift}, look {look}"
+        f"{counts[1]} start(s), {model.describe_spread()}{drift}, look {look}"
     )
     return Verdict(classify(gain, min_effect), gain, why)
 
@@ -261,7 +294,7 @@ def judge_paired(
     *,
     min_effect: float,
     confidence: float = 0.95,
-    comparisons: int = 1,
+    comparisons: float = 1,
 ) -> Verdict:
     """Settings measured interleaved in one start: window i of each forms a pair. Only whole
     A B B A blocks count (look k: the first 2k pairs)."""
@@ -279,7 +312,8 @@ def judge_paired(
     var = math.fsum((x - d) ** 2 for x in pairs) / (n - 1)
     se = math.sqrt(var / n)
     q = t_quantile(_one_sided(confidence, comparisons, look), n - 1)
-    gain = _gain(d, se, q, "paired windows", n, n)
+    q_eq = t_quantile(_one_sided(confidence, 1, look), n - 1)
+    gain = _gain(d, se, q, "paired windows", n, n, q_equivalence=q_eq)
     kind = classify(gain, min_effect)
     why = (
         f"{gain.estimate:+.1%} [{gain.low:+.1%}, {gain.high:+.1%}] over {n} paired window(s), "
@@ -305,7 +339,7 @@ def next_step(
     *,
     min_effect: float,
     confidence: float,
-    comparisons: int,
+    comparisons: float,
     max_starts: int = MAX_STARTS,
     prior: float = PRIOR_START_SPREAD,
     prior_weight: int = PRIOR_WEIGHT,
@@ -353,7 +387,7 @@ def clearly_behind(
     look: int,
     *,
     confidence: float,
-    comparisons: int,
+    comparisons: float,
     prior: float = PRIOR_START_SPREAD,
     prior_weight: int = PRIOR_WEIGHT,
 ) -> Verdict | None:

@@ -30,6 +30,7 @@ class TrialRecord:
     difference: dict[str, float] | None = None  # the gain's estimate and bounds (relative)
     became_best: bool = False
     start: int | None = None  # the engine start (starts/<start>/), None: never started
+    confirming: bool = False  # measured by the confirmation, outside the search's verdicts
 
     @property
     def samples(self) -> list[float]:

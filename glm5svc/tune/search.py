@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -32,20 +33,22 @@ from glm5svc.bench.plan import BenchPlan, plan_from_config
 from glm5svc.tune.decision import (
     BETTER,
     DONE,
+    MAX_STARTS,
     PAIRS_PER_LOOK,
     START_CANDIDATE,
     START_INCUMBENT,
     UNDECIDED,
     WORSE,
+    StartModel,
     StartRecord,
     Verdict,
     clearly_behind,
     judge_paired,
+    judge_starts,
     next_step,
 )
 from glm5svc.tune.evidence import (
     TrialRecord,
-    gain,
     paired_windows,
     saved_records,
     start_records_of,
@@ -59,6 +62,7 @@ STUDY_NAME = "glm5svc-tune"
 KV_POOL_TOLERANCE = 0.01  # pools within 1 % are "equal"
 MAX_DUPLICATE_PROPOSALS = 5  # the sampler keeps proposing tried settings: the space is done
 NOT_COMPARABLE = "not comparable"
+CONFIRMED, NOT_CONFIRMED, CUT = "confirmed", "not confirmed", "cut"
 ANOTHER_START = "another start of the best"
 INFEASIBLE = "over the latency limits"
 DEFAULT_VOCAB = 32_000  # a model whose config.json gives none: ids every tokenizer has
@@ -122,8 +126,10 @@ class Search:
         self.stopped_early: dict[str, str] = {}  # setting: why its start stopped early
         self.open: str | None = None  # the setting whose comparison awaits a start
         self.rewritten: list[TrialRecord] = []  # earlier records whose verdict moved
-        self.confirmation: str | None = None  # what the winner's fresh start showed
-        self.confirmed: bool | None = None  # None: no confirming start was made
+        self.confirmation: str | None = None  # what the overlay's fresh test showed
+        self.confirmed: bool | None = None  # None: no confirmation was owed
+        self.confirmation_outcome: str | None = None  # CONFIRMED | NOT_CONFIRMED | CUT
+        self.confirmation_gain: dict[str, Any] | None = None
         self.started = time.monotonic()
         self.deadline = self.started + settings.budget_s
         self.stopped_by: str | None = None
@@ -155,6 +161,12 @@ class Search:
                 self.records.append(record)
                 if record.became_best:
                     self.best = record
+        decided = self.study.user_attrs.get("confirmation") or {}
+        if self.best is not None and decided.get("best") == self.best.number:
+            if decided.get("outcome") in (CONFIRMED, NOT_CONFIRMED):
+                self.confirmation_outcome = decided["outcome"]
+                self.confirmed = decided["outcome"] == CONFIRMED
+                self.confirmation, self.confirmation_gain = decided["text"], decided["gain"]
         self._publish_best()
         return len(self.records)
 
@@ -181,67 +193,172 @@ class Search:
         else:
             self.stopped_by = self.stopped_by or "every proposal measured"
         self.picked_at = time.monotonic()  # the pick is final; its confirmation may follow
-        if not self.should_stop():
-            self._confirm()
+        self._confirm()
+        if self.confirmation_owed() and self.confirmation_outcome is None:
+            self._confirmation_cut(self.stopped_by or "the search ended")
         self.on_progress("done", {"stopped_by": self.stopped_by})
         return self.records
 
     def confirmation_owed(self) -> bool:
-        """The best is not the start and has had no engine start since it became the best."""
+        """The best is not the start, and no confirmation has decided on it yet."""
         best = self.best
         if best is None or best.start is None or _key(best.candidate) == _key(self.start):
             return False
-        later = [
-            r for r in self.records
-            if r.start is not None and r.start > best.start and r.status == "measured"
-            and self.combo_key(r.candidate) == self.combo_key(best.candidate)
-        ]  # fmt: skip
-        return not later
+        return self.confirmation_outcome is None or self.confirmation_outcome == CUT
 
     def _confirm(self) -> None:
-        """The winner gets a fresh start before it is written out; `confirmation` says
-        what it showed (or why there was none)."""
+        """The overlay exactly as it will be written gets a fresh test before anything is
+        written, with its own error rate (one comparison, spent over its looks) and the
+        minimum effect as the bar: a fresh engine started with the best's settings as
+        written (the running-request cap as a start-up setting, not the live stand-in).
+        Where the start differs from the best only by a lower cap, that start measures both
+        caps in A B B A rounds (the start's cap live, beside the overlay as written);
+        otherwise fresh starts of both as written alternate, judged by their starts alone."""
         if not self.confirmation_owed():
             return
-        if self.trials_run() >= (self.settings.max_trials or float("inf")) or (
-            self.time_left() <= self._expected_trial_s()
-        ):
-            self.confirmation = "not confirmed by a fresh start: no time or trials left"
-            return
         best = self.best
-        self.confirmed = False  # until the fresh start shows otherwise
-        self._one_start(dict(best.candidate))
-        if self.best is not best:
+        written, baseline = dict(best.candidate), dict(self.start)
+        live = self.live.name if self.live else None
+        beside = (
+            live is not None
+            and self.combo_key(written) == self.combo_key(baseline)
+            and baseline.get(live) is not None
+            and written.get(live) is not None
+            and baseline[live] <= written[live]  # type: ignore[operator]
+        )
+        self.confirmed = False
+        verdict = (
+            self._confirm_beside(written, baseline) if beside
+            else self._confirm_by_starts(written, baseline)
+        )  # fmt: skip
+        if verdict is None:
+            return  # cut or failed: confirmation_outcome and confirmation say which
+        gain = verdict.gain
+        self.confirmation_gain = verdict.gain.to_dict() if gain else None
+        if verdict.kind == BETTER:
+            self.confirmed, self.confirmation_outcome = True, CONFIRMED
             self.confirmation = (
-                f"not confirmed: the confirming start made trial {self.best.number} the best"
-            )
-            return
-        latest = [r for r in self.records if r.start is not None][-1]
-        if _key(latest.candidate) != _key(best.candidate):  # a live value's record
-            latest = next(
-                r for r in reversed(self.records) if _key(r.candidate) == _key(best.candidate)
-            )
-        if latest is best or latest.status != "measured":
-            self.confirmation = f"the confirming start failed: {latest.verdict or latest.status}"
-            return
-        latest.verdict = "the confirming start of the best"
-        shown = gain(self.records, best, self.start, self.settings,
-                     self.combo_key(best.candidate) == self.combo_key(self.start),
-                     self.combo_key)  # fmt: skip
-        if shown is None or shown["low"] <= 1.0:
-            latest.verdict += " (not confirmed)"
-            self.confirmation = (
-                "not confirmed: with its fresh start the best's gain over the start is no "
-                "longer above zero" + (f" ({shown['low'] - 1:+.1%} lower bound)" if shown else "")
+                f"confirmed by a fresh test of the overlay as written: gain over the start "
+                f"{verdict.why}, above the minimum effect {self.settings.min_effect:.0%}"
             )
         else:
-            self.confirmed = True
+            self.confirmation_outcome = NOT_CONFIRMED
             self.confirmation = (
-                f"confirmed by a fresh start (start {latest.start}): gain over the start "
-                f"{shown['mean'] - 1:+.1%} [{shown['low'] - 1:+.1%}, {shown['high'] - 1:+.1%}]"
+                f"not confirmed: a fresh test of the overlay as written found {verdict.kind}: "
+                f"{verdict.why} (the bar: a lower bound above the minimum effect "
+                f"{self.settings.min_effect:.0%})"
             )
-        with open(self.run_dir / "trials" / f"{latest.number:03d}.json", "w") as handle:
-            json.dump(latest.to_json(), handle, indent=2)
+        self.study.set_user_attr(
+            "confirmation",
+            {"outcome": self.confirmation_outcome, "text": self.confirmation,
+             "best": best.number, "gain": self.confirmation_gain},
+        )  # fmt: skip
+
+    def _confirmation_cut(self, why: str) -> None:
+        self.confirmation_outcome = CUT
+        self.confirmation = f"not confirmed: the confirmation was cut ({why})"
+
+    def _room_for_a_start(self) -> bool:
+        if self.should_stop():
+            self._confirmation_cut(self.stop_reason() or "stopped by a signal")
+            return False
+        if self.time_left() <= self._expected_trial_s():
+            self._confirmation_cut("the time budget is spent")
+            return False
+        if self.trials_run() >= (self.settings.max_trials or float("inf")):
+            self._confirmation_cut(f"--max-trials {self.settings.max_trials} reached")
+            return False
+        return True
+
+    def _confirm_beside(self, written: dict[str, Value], baseline: dict[str, Value]):
+        """One fresh start of the overlay as written, the start's cap beside it."""
+        if not self._room_for_a_start():
+            return None
+        live = self.live.name
+        values = (int(written[live]), int(baseline[live]))  # type: ignore[arg-type]
+
+        def verdict_of(runs: list[RunFigures]) -> Verdict:
+            rounds: dict[int, dict[int | None, float]] = {}
+            for run in runs:
+                rounds.setdefault(run.round, {})[run.live_value] = run.throughput
+            pairs = [r for r in rounds.values() if len(r) == 2]
+            return judge_paired(
+                [r[values[0]] for r in pairs], [r[values[1]] for r in pairs],
+                min_effect=self.settings.min_effect, confidence=self.settings.confidence,
+            )  # fmt: skip
+
+        records = self._one_start(
+            written, live=values, as_written=True, confirming=True,
+            decide=self._confirmation_decider(verdict_of),
+        )  # fmt: skip
+        runs = [run for r in records if r.status == "measured" for run in r.runs]
+        if not runs:
+            return self._confirmation_failed(records)
+        return verdict_of(runs)
+
+    def _confirm_by_starts(self, written: dict[str, Value], baseline: dict[str, Value]):
+        """Fresh starts of the start and the overlay, both as written, in A B B A order of
+        starts, up to MAX_STARTS a side, judged by these starts alone."""
+        rows: list[StartRecord] = []
+        verdict: Verdict | None = None
+        order = [baseline, written, written, baseline] * MAX_STARTS
+        for candidate in order[: 2 * MAX_STARTS]:
+            if not self._room_for_a_start():
+                return None
+            live = (int(candidate[self.live.name]),) if self.live else ()  # type: ignore[arg-type]
+            records = self._one_start(
+                candidate, live=live, as_written=True, confirming=True,
+                decide=self._confirmation_decider(None),
+            )  # fmt: skip
+            measured = [r for r in records if r.status == "measured" and r.mean]
+            if not measured:
+                return self._confirmation_failed(records)
+            rows.append(StartRecord(_key(candidate), measured[0].start, measured[0].mean))
+            mine = sum(1 for r in rows if r.setting == _key(written))
+            theirs = sum(1 for r in rows if r.setting == _key(baseline))
+            if candidate is not written or not theirs:
+                continue
+            verdict = judge_starts(
+                StartModel.fit(rows), _key(written), _key(baseline), (mine, theirs),
+                min_effect=self.settings.min_effect, confidence=self.settings.confidence,
+                look=mine,
+            )  # fmt: skip
+            if self._settled(verdict):
+                return verdict
+        return verdict
+
+    def _confirmation_decider(self, verdict_of) -> Callable[[list[RunFigures]], str]:
+        """A confirming start measures --min-repeats rounds, then (beside the start's cap)
+        more while its verdict is open, up to --max-repeats."""
+
+        def decide(runs: list[RunFigures]) -> str:
+            rounds = max((r.round for r in runs), default=0) + 1
+            if self.should_stop() or rounds >= self.settings.max_repeats:
+                return STOP
+            if rounds < self.settings.min_repeats:
+                return CONTINUE
+            if verdict_of is None:
+                return STOP
+            return STOP if self._settled(verdict_of(runs)) else CONTINUE
+
+        return decide
+
+    def _settled(self, verdict: Verdict) -> bool:
+        """Decided, or its best case can no longer clear the minimum effect."""
+        gain = verdict.gain
+        return verdict.kind != UNDECIDED or (
+            gain is not None and gain.high <= self.settings.min_effect
+        )
+
+    def _confirmation_failed(self, records: list[TrialRecord]) -> None:
+        latest = records[-1] if records else None
+        why = (latest.outcome.get("failure") or latest.status) if latest else "no record"
+        if latest is not None and latest.status == "interrupted":
+            self._confirmation_cut(why)
+            return None
+        self.confirmation_outcome = NOT_CONFIRMED
+        self.confirmation = f"not confirmed: the confirming start failed: {why}"
+        return None
 
     def _out_of_time_or_trials(self) -> bool:
         if self.should_stop():
@@ -294,8 +411,35 @@ class Search:
         return min(self.planned_left() * per_trial, max(0.0, self.time_left()))
 
     def first_pass_size(self) -> int:
-        """Comparisons in the first pass: each value of each knob against the best."""
-        return max(1, sum(len(k.values) - 1 for k in self.space.knobs))
+        """Comparisons in the first pass: every setting its starts measure against the best.
+        A start measures every live value, so each restart value other than the best's
+        brings one setting per live value, and the best's own start the other live values."""
+        combos = 1 + sum(len(k.values) - 1 for k in self.space.restart_knobs)
+        live = len(self.live.values) if self.live else 1
+        return max(1, combos * live - 1)
+
+    def comparison_share(self, key: str) -> float:
+        """The Bonferroni divisor of this setting's comparison: the first pass's settings
+        share half of the error rate equally; every later one (later passes, the sampler's
+        proposals) takes 6 / (pi^2 j^2) of the other half, j its rank among them. Over any
+        number of comparisons the shares add up to at most the whole. The rank is the
+        order in which settings (`key`: setting_key) were first measured, so a resume
+        finds the same."""
+        order = self._comparison_order()
+        first = self.first_pass_size()
+        rank = order.index(key) if key in order else len(order)
+        if rank < first:
+            return 2.0 * first
+        later = rank - first + 1
+        return 2.0 * math.pi**2 * later**2 / 6
+
+    def _comparison_order(self) -> list[str]:
+        order: list[str] = []
+        for record in self.records:
+            key = _key(record.candidate)
+            if key != _key(self.start) and key not in order and not record.confirming:
+                order.append(key)
+        return order
 
     def combo_key(self, candidate: dict[str, Value]) -> str:
         """The restart part of a candidate: what one engine start is."""
@@ -351,15 +495,21 @@ class Search:
     def _live_values(self) -> tuple[int, ...]:
         return tuple(int(v) for v in self.live.values) if self.live else ()  # type: ignore[arg-type]
 
-    def _one_start(self, candidate: dict[str, Value], trial=None) -> None:
+    def _one_start(
+        self, candidate: dict[str, Value], trial=None, *, live: tuple[int, ...] | None = None,
+        as_written: bool = False, confirming: bool = False, decide=None,
+    ) -> list[TrialRecord]:  # fmt: skip
+        """One engine start of `candidate`, measuring `live` values (default: every value
+        of the live knob, the engine started at the highest; `as_written`: started with the
+        candidate's own value). A confirming start's records stay out of the verdicts."""
         if trial is None:
             self.study.enqueue_trial(
                 {k: v for k, v in candidate.items() if k in self.distributions}
             )
             trial = self.study.ask(self.distributions)
-        live = self._live_values()
+        live = self._live_values() if live is None else live
         started_as = dict(candidate)
-        if self.live is not None:
+        if self.live is not None and not as_written:
             started_as[self.live.name] = max(live)  # the engine's cap covers every live value
         mapping = apply_candidate(self.base_mapping, started_as)
         number = len(self.records)
@@ -367,17 +517,28 @@ class Search:
         self.on_progress("trial-start", {"number": number, "candidate": candidate})
         refusal = self.render(mapping)
         if refusal:
-            record = TrialRecord(number, candidate, "refused")
+            record = TrialRecord(number, candidate, "refused", confirming=confirming)
             record.verdict = f"refused by the launch plan: {refusal}"
             self.records.append(record)
             self._finish(trial, [record])
-            return
+            return [record]
         deadline = min(time.monotonic() + self.settings.trial_timeout_s, self.deadline)
-        outcome = self.executor(start, candidate, mapping, self._decider(candidate), deadline, live)
+        outcome = self.executor(
+            start, candidate, mapping, decide or self._decider(candidate), deadline, live
+        )
         records = self._split(outcome, candidate, number, start, live)
+        for record in records:
+            record.confirming = confirming
+            if confirming:
+                beside = _key(record.candidate) != _key(candidate)
+                record.verdict = "the confirmation: " + (
+                    "the start's cap beside the overlay" if beside else "the overlay as written"
+                )
         self.records += records  # the verdicts' model includes this start
-        self._judge(records)
+        if not confirming:
+            self._judge(records)
         self._finish(trial, records)
+        return records
 
     def _split(self, outcome: TrialOutcome, candidate, number: int, start: int, live):
         """One record per live value (one record without a live knob)."""
@@ -429,7 +590,7 @@ class Search:
                 return STOP
             if rounds < settings.min_repeats:
                 return CONTINUE
-            return CONTINUE if self._live_undecided(runs, incumbent) else STOP
+            return CONTINUE if self._live_undecided(candidate, runs, incumbent) else STOP
 
         return decide
 
@@ -458,7 +619,7 @@ class Search:
                 _key(best.candidate),
                 max(1, look),
                 confidence=self.settings.confidence,
-                comparisons=self.first_pass_size(),
+                comparisons=self.comparison_share(row.setting),
             )  # fmt: skip
             for row in partial
         }
@@ -477,7 +638,8 @@ class Search:
             return self.best.candidate.get(self.live.name)  # type: ignore[return-value]
         return None
 
-    def _live_undecided(self, runs: list[RunFigures], incumbent: int | None) -> bool:
+    def _live_undecided(self, candidate: dict[str, Value], runs: list[RunFigures],
+                        incumbent: int | None) -> bool:  # fmt: skip
         if incumbent is None:
             return False
         by_value: dict[int | None, dict[int, float]] = {}
@@ -491,7 +653,7 @@ class Search:
             verdict = judge_paired(
                 [mine[r] for r in rounds], [theirs[r] for r in rounds],
                 min_effect=self.settings.min_effect, confidence=self.settings.confidence,
-                comparisons=self.first_pass_size(),
+                comparisons=self.comparison_share(_key({**candidate, self.live.name: value})),
             )  # fmt: skip
             if verdict.kind == UNDECIDED:
                 return True
@@ -506,7 +668,7 @@ class Search:
         """The verdict of `record`'s setting against the best, and what it needs next."""
         best = self.best
         assert best is not None
-        comparisons = self.first_pass_size()
+        comparisons = self.comparison_share(_key(record.candidate))
         if self.combo_key(record.candidate) == self.combo_key(best.candidate):
             mine, theirs = paired_windows(self.records, record.candidate, best.candidate)
             verdict = judge_paired(

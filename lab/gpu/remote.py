@@ -45,14 +45,7 @@ import yaml
 
 from glm5svc.child_group import live_group_members
 from glm5svc.http_fetch import FetchError, post_json
-from lab.gpu import (
-    method_scenario,
-    nsa_scenario,
-    peer_scenario,
-    precision_scenario,
-    ratio_scenario,
-    tune_scenario,
-)
+from lab.gpu import method_scenario, nsa_scenario, peer_scenario, ratio_scenario, tune_scenario
 from lab.gpu.common import (
     BARE_PORT,
     BENCH_PYTHON,
@@ -399,6 +392,12 @@ def scenario_grid(out: Path, env: dict[str, str], deadline: Deadline, results: d
 
 
 def scenario_precision(out: Path, env: dict[str, str], deadline: Deadline, results: dict) -> None:
+    # Its load and reads run in this process, on glm5svc's dependencies from the unpacked
+    # site (the other scenarios run glm5svc in children that get the site on their
+    # PYTHONPATH): imported once the site is there.
+    sys.path.insert(0, str(SITE))
+    from lab.gpu import precision_scenario
+
     precision_scenario.run(out, env, deadline, results, MODELS / "qwen3-moe")
 
 

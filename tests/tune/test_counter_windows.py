@@ -70,7 +70,7 @@ def test_the_load_s_prompts_are_fresh_and_its_lengths_vary_within_the_stated_ran
     shape = LoadShape(concurrency=4, input_len=64, output_len=16, range_ratio=0.5, vocab_size=1000)
     load = ContinuousLoad("http://127.0.0.1:9", {}, shape, seed=3)
     rng = random.Random(1)
-    bodies = [json.loads(load._body(rng)) for _ in range(200)]
+    bodies = [json.loads(load._body(rng, False)) for _ in range(200)]
     inputs = [len(b["input_ids"]) for b in bodies]
     outputs = [b["sampling_params"]["max_new_tokens"] for b in bodies]
     assert min(inputs) >= 32 and max(inputs) <= 64 and len(set(inputs)) > 10

@@ -90,9 +90,15 @@ def test_tune_finds_the_engines_optimum_and_records_a_crash(tmp_path, bench_pyth
     assert trials[1]["best"] and trials[1]["was_best"]
     assert "out of memory" in trials[2]["diagnosis"].lower()
     assert "mem_fraction_static" in trials[2]["diagnosis"]
-    assert trials[4]["verdict"] == "the confirming start of the best"
+    # The confirmation: an engine started with the overlay as written (cap 64 at start-up),
+    # the start's cap beside it, live.
+    assert trials[3]["verdict"] == "the confirmation: the overlay as written"
+    assert trials[3]["setting"] == "max_running_requests=64", trials[3]
+    assert trials[4]["verdict"] == "the confirmation: the start's cap beside the overlay"
     assert summary["confirmed"] is True, summary["confirmation"]
-    assert summary["confirmation"].startswith("confirmed by a fresh start (start 2)")
+    assert summary["confirmation"].startswith("confirmed by a fresh test of the overlay as written")
+    started = yaml.safe_load((run_dir / "starts" / "002" / "config.yaml").read_text())
+    assert started["tuning"]["max_running_requests"] == 64
     timeline = summary["timeline"]
     assert 0 < timeline["decided_s"] <= timeline["wall_s"]
     assert summary["gain"]["mean"] > 1.5 and summary["gain"]["low"] > 1.0
