@@ -79,11 +79,13 @@ def space_of(cap_a: int, cap_b: int) -> tuple[Space, dict]:
 
 def ended(search: Search, knob: str) -> str:
     """How the comparison of `knob`'s other value ended: its latest verdict against the best
-    (the record of the best's setting with only that knob changed, if there is one)."""
+    (the record of the best's setting with only that knob changed, if there is one; the
+    confirmation's records judge the overlay, not the knob)."""
     best = search.best.candidate if search.best else search.start
     mine = [
         r for r in search.records
-        if r.status in ("measured", "pruned") and r.candidate.get(knob) != search.start.get(knob)
+        if r.status in ("measured", "pruned") and not getattr(r, "confirming", False)
+        and r.candidate.get(knob) != search.start.get(knob)
     ]  # fmt: skip
     beside = [r for r in mine if all(r.candidate[k] == v for k, v in best.items() if k != knob)]
     latest = (beside or mine or [None])[-1]

@@ -22,10 +22,6 @@ GRAPHS = "tuning.cuda_graph"
 SPACE = Space([Knob(GRAPHS, (False, True), kv_pool=True)], "test")
 START = {GRAPHS: False}
 WINDOW_S = 5.0
-UNCONFIRMED_WRITTEN = (
-    "write_outputs writes the best's overlay unless `confirmed` is False, and the search "
-    "leaves it None when no confirming start was made"
-)
 
 
 @pytest.fixture
@@ -39,17 +35,23 @@ def recording(tmp_path):
 
 
 def tune(tmp_path, recording, **options):
-    """A tune of CUDA graphs (+30 %); `options`: the engine's fail_start, `stop(search,
-    engine)` for the search's and the engine's stop signal, the settings' max_trials."""
+    """A tune of CUDA graphs (+30 %). `options`: `fail_confirming` (the starts made after
+    the pick fail), `stop(search, engine)` (the search's and the engine's stop signal), the
+    search's `settings`. The confirming starts are those made after the search's pick."""
     stop = options.pop("stop", lambda search, engine: False)
+    fail_confirming = options.pop("fail_confirming", False)
     settings = SearchSettings(window_s=WINDOW_S, **options.pop("settings", {}))
     resampler = Resampler(recording, 256, WINDOW_S, random.Random(0))
+    holder: list[Search] = []
     engine = RecordedEngine(
-        resampler, lambda s: 1.3 if s[GRAPHS] else 1.0, None, WINDOW_S, **options
+        resampler,
+        lambda s: 1.3 if s[GRAPHS] else 1.0,
+        None,
+        WINDOW_S,
+        fail_start=lambda number, candidate: fail_confirming and holder[0].picked_at is not None,
     )
     run_dir = tmp_path / "run"
-    run_dir.mkdir()
-    holder: list[Search] = []
+    run_dir.mkdir(parents=True)
     engine.should_stop = lambda: stop(holder[0], engine)
     search = Search(SPACE, {}, START, settings, run_dir, engine,
                     should_stop=lambda: stop(search, engine))  # fmt: skip
@@ -64,8 +66,30 @@ def tune(tmp_path, recording, **options):
     return search, engine, summary, run_dir
 
 
+def screening_starts(tmp_path, recording) -> int:
+    """The starts the search made before its pick, in the tune with nothing in its way."""
+    picked: list[int] = []
+
+    def at_pick(search, engine):
+        if search.picked_at is not None and not picked:
+            picked.append(engine.starts)
+        return False
+
+    tune(tmp_path / "screen", recording, stop=at_pick)
+    return picked[0]
+
+
+def after_the_pick_and_a_start(search, engine, seen={}):  # noqa: B006 - one tune's memory
+    """Stops once a start made after the pick has begun: the confirming start is cut."""
+    if search.picked_at is None:
+        return False
+    seen.setdefault(id(search), engine.starts)
+    return engine.starts > seen[id(search)]
+
+
 def assert_nothing_written(search, summary, run_dir):
     assert search.best.candidate == {GRAPHS: True}  # the screen promoted the gain
+    assert search.confirmed is not True
     assert summary["overlay"] == {}, (search.confirmed, search.confirmation)
     assert (run_dir / TUNED_FILE).read_text().rstrip().endswith("{}")
     with pytest.raises(NotConfirmed):
@@ -74,38 +98,36 @@ def assert_nothing_written(search, summary, run_dir):
 
 def test_a_confirmed_gain_is_written(tmp_path, recording):
     search, engine, summary, run_dir = tune(tmp_path, recording)
-    assert engine.starts == 3 and search.confirmed is True, search.confirmation
+    assert search.confirmed is True, search.confirmation
     assert summary["overlay"] == {"tuning": {"cuda_graph": True}}
     refused_by_confirmation(run_dir)  # nothing to refuse
 
 
 def test_a_failed_confirming_start_writes_nothing(tmp_path, recording):
-    search, engine, summary, run_dir = tune(
-        tmp_path, recording, fail_start=lambda number, candidate: number == 2
-    )
-    assert engine.starts == 3 and search.confirmed is False
+    search, engine, summary, run_dir = tune(tmp_path, recording, fail_confirming=True)
+    assert "failed" in search.confirmation
     assert_nothing_written(search, summary, run_dir)
 
 
 def test_a_confirming_start_cut_by_a_signal_writes_nothing(tmp_path, recording):
-    search, engine, summary, run_dir = tune(
-        tmp_path, recording, stop=lambda search, engine: engine.starts >= 3
-    )
-    assert engine.starts == 3 and search.confirmed is False
+    search, engine, summary, run_dir = tune(tmp_path, recording, stop=after_the_pick_and_a_start)
+    assert search.confirmation.startswith("not confirmed: the confirmation was cut")
     assert_nothing_written(search, summary, run_dir)
 
 
-@pytest.mark.xfail(strict=True, reason=UNCONFIRMED_WRITTEN)
 def test_a_signal_before_the_confirming_start_writes_nothing(tmp_path, recording):
+    screened = screening_starts(tmp_path, recording)
     search, engine, summary, run_dir = tune(
-        tmp_path, recording, stop=lambda search, engine: len(search.records) >= 2
+        tmp_path, recording, stop=lambda search, engine: search.picked_at is not None
     )
-    assert engine.starts == 2
+    assert engine.starts == screened  # no confirming start was made
+    assert search.confirmation.startswith("not confirmed: the confirmation was cut")
     assert_nothing_written(search, summary, run_dir)
 
 
-@pytest.mark.xfail(strict=True, reason=UNCONFIRMED_WRITTEN)
 def test_no_trial_left_for_the_confirming_start_writes_nothing(tmp_path, recording):
-    search, engine, summary, run_dir = tune(tmp_path, recording, settings={"max_trials": 2})
-    assert engine.starts == 2 and "no time or trials left" in search.confirmation
+    screened = screening_starts(tmp_path, recording)
+    search, engine, summary, run_dir = tune(tmp_path, recording, settings={"max_trials": screened})
+    assert engine.starts <= screened
+    assert "--max-trials" in search.confirmation
     assert_nothing_written(search, summary, run_dir)
