@@ -99,15 +99,19 @@ def test_the_search_finds_the_models_optimum(tmp_path):
     assert run.best.candidate == {CAP: 1024, "tuning.cuda_graph": False,
                                   "tuning.attention_backend": "triton"}  # fmt: skip
     assert records[0].verdict.startswith("the start")
-    # The cap is live: every start measured all three caps, and no start was spent on one.
-    assert all(live == (64, 256, 1024) for _, live in executor.calls)
-    combos = {(c["tuning.cuda_graph"], c["tuning.attention_backend"]) for c, _ in executor.calls}
+    # The cap is live: every screening start measured all three caps, and no start was
+    # spent on one.
+    confirming = [r.start for r in records if r.confirming]
+    screening = executor.calls[: min(confirming)]
+    assert all(live == (64, 256, 1024) for _, live in screening)
+    combos = {(c["tuning.cuda_graph"], c["tuning.attention_backend"]) for c, _ in screening}
     assert combos == {(True, None), (False, None), (False, "triton"), (True, "triton")}
-    # The first pass, the starts that decide it and the winner's confirming start.
-    assert len(executor.calls) <= 10
-    assert executor.calls[-1][0] == run.best.candidate
-    assert records[-1].verdict == "the confirming start of the best"
-    assert run.confirmed is True
+    # The confirmation: the start and the overlay, each started as written (the cap at
+    # start-up, one value), until the fresh starts alone decide.
+    assert executor.calls[min(confirming)] == (START, (64,))
+    assert executor.calls[-1] == (run.best.candidate, (1024,))
+    assert records[-1].verdict == "the confirmation: the overlay as written"
+    assert run.confirmed is True and run.confirmation.startswith("confirmed by a fresh test")
 
 
 def graphs_off(gain):
@@ -120,37 +124,51 @@ def graphs_search(tmp_path, executor):
 
 
 def test_a_clear_restart_gain_wins_after_one_start_each_and_is_confirmed(tmp_path):
-    """Graphs off is 30 % better: the screen promotes it after one start of each side, and
-    the winner's fresh start confirms it before it is written out."""
-    executor = Executor(graphs_off(1.3))
+    """Graphs off doubles throughput: the screen promotes it after one start of each side
+    (the start-to-start spread the prior's, 5 %), and fresh starts of both as written
+    confirm it before it is written out."""
+    executor = Executor(graphs_off(2.0))
     run = graphs_search(tmp_path, executor)
     run.run()
-    assert [c["tuning.cuda_graph"] for c, _ in executor.calls] == [True, False, False]
+    assert [c["tuning.cuda_graph"] for c, _ in executor.calls] == [True, False, True, False]
     assert run.best.candidate == {"tuning.cuda_graph": False}
     promoted = next(r for r in run.records if r.became_best and r.number > 0)
     assert promoted.verdict.startswith("better")
     assert "over 1 and 1 start(s)" in promoted.verdict
+    assert "start-to-start spread 5.0% (the prior" in promoted.verdict
     confirming = run.records[-1]
-    assert confirming.start == 2 and confirming.verdict == "the confirming start of the best"
+    assert confirming.start == 3
+    assert confirming.verdict == "the confirmation: the overlay as written"
     assert run.confirmed is True
-    assert run.confirmation.startswith("confirmed by a fresh start (start 2)")
+    assert run.confirmation.startswith("confirmed by a fresh test of the overlay as written")
+
+
+def test_a_thirty_percent_restart_gain_needs_more_than_one_start_a_side(tmp_path):
+    """At the prior's 5 % start-to-start spread, one start a side cannot call +30 %."""
+    executor = Executor(graphs_off(1.3))
+    run = graphs_search(tmp_path, executor)
+    run.run()
+    first = run.records[1]
+    assert first.verdict.startswith("undecided") and "over 1 and 1 start(s)" in first.verdict
+    assert run.best.candidate == {"tuning.cuda_graph": False}
+    assert run.confirmed is True
 
 
 def test_a_winner_its_confirming_start_does_not_bear_out_is_not_confirmed(tmp_path):
     """The screen's winner whose fresh start measures no better than the start: the pick
     stands, but it is not confirmed (so no overlay is written)."""
 
-    def model(candidate):  # graphs off is 30 % better in its first start only
+    def model(candidate):  # graphs off doubles throughput in its screening start only
         screened = len(executor.calls) < 3
-        return 5000.0 * (1.3 if not candidate["tuning.cuda_graph"] and screened else 1.0)
+        return 5000.0 * (2.0 if not candidate["tuning.cuda_graph"] and screened else 1.0)
 
     executor = Executor(model)
     run = graphs_search(tmp_path, executor)
     run.run()
-    assert len(executor.calls) == 3  # the start, the candidate, its confirming start
+    assert len(executor.calls) >= 4  # the start, the candidate, fresh starts of both
     assert run.best.candidate == {"tuning.cuda_graph": False}
-    assert run.confirmed is False
-    assert run.confirmation.startswith("not confirmed")
+    assert run.confirmed is False and run.confirmation_outcome == "not confirmed"
+    assert run.confirmation.startswith("not confirmed: a fresh test of the overlay")
 
 
 def test_an_undecided_candidate_gets_another_start(tmp_path):
@@ -160,7 +178,8 @@ def test_an_undecided_candidate_gets_another_start(tmp_path):
     executor = Executor(graphs_off(1.11))
     run = graphs_search(tmp_path, executor)
     run.run()
-    order = [c["tuning.cuda_graph"] for c, _ in executor.calls]
+    confirming = min(r.start for r in run.records if r.confirming)
+    order = [c["tuning.cuda_graph"] for c, _ in executor.calls][:confirming]
     assert order[:3] == [True, False, False]
     first = run.records[1]
     assert first.verdict.startswith("undecided")
@@ -173,7 +192,7 @@ def test_an_undecided_candidate_gets_another_start(tmp_path):
     promoted = next(r for r in run.records if r.became_best and r.number > 0)
     assert promoted.verdict.startswith("better") and promoted.start > 1
     assert not order[promoted.start]  # decided after one of the candidate's starts
-    assert run.confirmed is True and not order[-1]
+    assert run.confirmed is True and not executor.calls[-1][0]["tuning.cuda_graph"]
 
 
 def test_noise_alone_promotes_nothing(tmp_path):
@@ -252,13 +271,16 @@ def test_a_stopped_study_resumes_where_it_stopped(tmp_path):
     assert first.stopped_by == "--max-trials 2 reached"
     executor = Executor(capped)
     second = search(tmp_path, executor)
-    assert second.replay() == 6 and second.trials_run() == 2  # 2 starts, 3 caps each
+    # One screening start (3 caps), then the confirmation the limit left room for (the cap
+    # as written, the start's beside it): 2 starts, 5 records, the confirmation kept.
+    assert second.replay() == 5 and second.trials_run() == 2
     assert second.records[0].verdict == "the start" and second.best.candidate[CAP] == 1024
+    assert second.confirmed is True and not second.confirmation_owed()
     second.run()
     # The first pass goes on where it stopped: the start is not measured again.
     assert executor.calls[0][0] == {CAP: 1024, "tuning.cuda_graph": False,
                                     "tuning.attention_backend": None}  # fmt: skip
-    assert second.records[6].start == 2  # the starts' numbering continues
+    assert second.records[5].start == 2  # the starts' numbering continues
     assert second.best.candidate[CAP] == 1024
 
 
