@@ -422,6 +422,13 @@ class BenchmarkSection(Section):
     two or three runs of a 300 s window on the target, whose first runs after a start compile
     kernels and come in 20-40 % low. 0 for none, else at least two windows (2 x window_s), the
     fewest that can agree."""
+    objective: Literal["output_tokens", "total_tokens"] = "output_tokens"
+    """What `glm5svc tune` maximises: output tokens per second (what a client receives, and
+    what sglang.bench_serving and sglang.auto_benchmark rank by), or total tokens per second
+    (uncached prompt tokens plus output tokens, the engine's work). On a prefill-heavy
+    workload total tokens move with the prefill bursts: on the H200 testbed they were about
+    80 % prefill and spread wider from window to window than output tokens. Both are recorded;
+    the other is a diagnostic."""
     prefix_sharing: Annotated[Number, Field(ge=0, le=1)] = 0.0
     """The share of prompt tokens the workload expects from the radix cache (0: none). At 0 the
     cache is flushed before every run, and a run with more than 1 % cached is flagged and not

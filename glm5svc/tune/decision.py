@@ -44,11 +44,11 @@ import numpy as np
 
 BETTER, WORSE, EQUIVALENT, UNDECIDED = "better", "worse", "equivalent", "undecided"
 # The prior on the start-to-start spread (relative), and the weight (pseudo-starts) it
-# keeps while the search has measured few replicated starts: bench/tune_method.py's
-# simulation shows the rates these give (docs/performance-tune.md).
-# The H200 testbed's starts of one setting agreed within about 4 % (three starts: 6.7 % from
-# lowest to highest, a standard deviation near 4 %: docs/performance-tune.md).
-PRIOR_START_SPREAD = 0.05
+# keeps while the search has measured few replicated starts. No narrower than the H200
+# testbed showed (docs/performance-tune.md, the precision scenario, 2026-12-04): at cap 1024
+# two starts' output tokens/s, each over 50-80 s, were 17 % apart (a standard deviation
+# near 12 %); at cap 192, 0.5 % apart; six starts of an earlier session spread 28.7-41.6k.
+PRIOR_START_SPREAD = 0.10
 PRIOR_WEIGHT = 2
 MAX_STARTS = 6  # per candidate and comparison (bench/tune_method.py: power against drift)
 PAIRS_PER_LOOK = 2  # an A B B A block of a live comparison

@@ -75,6 +75,7 @@ class Workload:
     output_len: int
     length_ratio: float = 0.5  # lengths uniform in [ratio x len, len] (glm5svc/bench/load.py)
     request_file: str | None = None  # a recorded workload (glm5svc/bench/request_file.py)
+    objective: str = "output_tokens"  # benchmark.objective: what a window's figure counts
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -82,9 +83,14 @@ class Workload:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Workload:
         """A saved workload; keys of older runs that measured with bench_serving runs
-        (prompts per run) are not part of it."""
+        (prompts per run) are not part of it, and a run saved before the objective was a
+        choice measured total tokens."""
         known = set(cls.__dataclass_fields__)
-        return cls(**{k: v for k, v in data.items() if k in known})
+        return cls(**{"objective": "total_tokens"} | {k: v for k, v in data.items() if k in known})
+
+    @property
+    def objective_label(self) -> str:
+        return "output tok/s" if self.objective == "output_tokens" else "total tok/s"
 
 
 # (event, data): "trial-start", "trial-run", "trial-end", "done"

@@ -337,6 +337,7 @@ class Tune:
                     trial_dir=trial_dir,
                     bench=plan,
                     load=load_shape(workload, plan, self.facts.model.vocab_size),
+                    objective=workload.objective,
                     settle_s=settle_s,
                     decide=decide,
                     # No measured run starts that cannot end by the budget's deadline, and

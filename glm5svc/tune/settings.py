@@ -150,6 +150,7 @@ class WorkloadOptions(_Settings):
             "output_len": self.output_len or benchmark.output_len,
             "length_ratio": self.length_ratio,
             "request_file": str(Path(request_file).absolute()) if request_file else None,
+            "objective": benchmark.objective,
         }
 
 

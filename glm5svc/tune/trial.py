@@ -62,7 +62,7 @@ Decide = Callable[[list["RunFigures"]], str]
 class RunFigures:
     """One benchmark run of a trial, as the search compares it."""
 
-    throughput: float  # total (input + output) tokens/s
+    throughput: float  # the objective's tokens/s (TrialRequest.objective)
     output_throughput: float | None
     ttft_p99_ms: float | None
     itl_p99_ms: float | None
@@ -78,6 +78,7 @@ class RunFigures:
     live_value: int | None = None  # the live knob's value it ran at (TrialRequest.live_knob)
     round: int = 0  # round i of every live value forms a pair (same start, adjacent windows)
     cached_share: float | None = None  # of the window's prompt tokens, from the radix cache
+    total_throughput: float | None = None  # uncached input + output tokens/s
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -125,6 +126,7 @@ class TrialRequest:
     # Measured within this start, interleaved (A B B A ...): each round runs every value.
     live_knob: str | None = None
     live_values: tuple[int, ...] = ()
+    objective: str = "output_tokens"  # benchmark.objective: a window's figure
 
 
 def run_trial(request: TrialRequest) -> TrialOutcome:
@@ -319,7 +321,7 @@ class _Windows:
                 if self.request.should_stop():
                     return "interrupted", "stopped during the warm-up"
                 return "failed", read
-            current = read[0].throughput
+            current = objective_figure(read[0], self.request.objective)
             outcome.warmup_windows.append(read[0].to_dict())
             tolerance = bench.warmup_tolerance_pct / 100
             if previous is not None and windows_agree(previous, current, tolerance):
@@ -368,10 +370,16 @@ class _Windows:
             return _Flagged(flag)
         if counted.throughput <= 0:
             return _Flagged("the engine computed no tokens in the window")
-        return _figures(counted, gauges, stats)
+        return _figures(counted, gauges, stats, self.request.objective)
 
 
-def _figures(window: CounterWindow, samples: list[GaugeSample], stats) -> RunFigures:
+def objective_figure(window: CounterWindow, objective: str) -> float:
+    """The window's tokens/s as benchmark.objective counts them."""
+    return window.output_throughput if objective == "output_tokens" else window.throughput
+
+
+def _figures(window: CounterWindow, samples: list[GaugeSample], stats,
+             objective: str) -> RunFigures:  # fmt: skip
     samples = [s for s in samples if (s.running or 0) + (s.queued or 0) > 0]
     running = [s.running for s in samples if s.running is not None]
     queued = [s.queued for s in samples if s.queued is not None]
@@ -379,7 +387,8 @@ def _figures(window: CounterWindow, samples: list[GaugeSample], stats) -> RunFig
     shares = [g.power_share_of_limit for g in stats.gpus if g.power_share_of_limit is not None] \
         if stats is not None else []  # fmt: skip
     return RunFigures(
-        throughput=round(window.throughput, 1),
+        throughput=round(objective_figure(window, objective), 1),
+        total_throughput=round(window.throughput, 1),
         output_throughput=round(window.output_throughput, 1),
         ttft_p99_ms=window.ttft_p99_ms,
         itl_p99_ms=window.itl_p99_ms,

@@ -36,10 +36,16 @@ from lab.gpu.common import (
     write_h200_config,
 )
 
-SPACE = Path(__file__).resolve().parent / "tune-space-h200.yaml"
+# The space searched: the big effects by default; GPU_LAB_TUNE_SPACE names another file of
+# this folder (tune-space-h200-small.yaml: a small effect and a null knob).
+SPACE = Path(__file__).resolve().parent / os.environ.get(
+    "GPU_LAB_TUNE_SPACE", "tune-space-h200.yaml"
+)
 STARTS = {
     "before": {"max_running_requests": 64, "cuda_graph": True},
     "defaults": {"max_running_requests": 1024, "cuda_graph": False},
+    # the big-effect search's pick: where the small-effect space starts
+    "tuned": {"max_running_requests": 1024, "cuda_graph": True},
 }
 CONCURRENCY = 256
 INPUT_LEN = 512

@@ -125,7 +125,7 @@ def graphs_search(tmp_path, executor):
 
 def test_a_clear_restart_gain_wins_after_one_start_each_and_is_confirmed(tmp_path):
     """Graphs off doubles throughput: the screen promotes it after one start of each side
-    (the start-to-start spread the prior's, 5 %), and fresh starts of both as written
+    (the start-to-start spread the prior's, 10 %), and fresh starts of both as written
     confirm it before it is written out."""
     executor = Executor(graphs_off(2.0))
     run = graphs_search(tmp_path, executor)
@@ -135,7 +135,7 @@ def test_a_clear_restart_gain_wins_after_one_start_each_and_is_confirmed(tmp_pat
     promoted = next(r for r in run.records if r.became_best and r.number > 0)
     assert promoted.verdict.startswith("better")
     assert "over 1 and 1 start(s)" in promoted.verdict
-    assert "start-to-start spread 5.0% (the prior" in promoted.verdict
+    assert "start-to-start spread 10.0% (the prior" in promoted.verdict
     confirming = run.records[-1]
     assert confirming.start == 3
     assert confirming.verdict == "the confirmation: the overlay as written"
@@ -144,7 +144,7 @@ def test_a_clear_restart_gain_wins_after_one_start_each_and_is_confirmed(tmp_pat
 
 
 def test_a_thirty_percent_restart_gain_needs_more_than_one_start_a_side(tmp_path):
-    """At the prior's 5 % start-to-start spread, one start a side cannot call +30 %."""
+    """At the prior's 10 % start-to-start spread, one start a side cannot call +30 %."""
     executor = Executor(graphs_off(1.3))
     run = graphs_search(tmp_path, executor)
     run.run()
