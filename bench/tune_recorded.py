@@ -15,7 +15,7 @@ Beside each rate: its 95 % Clopper-Pearson interval over the seeds, and (as main
 write_outputs would write it) the overlays written without a confirmation.
 
     .venv/bin/python bench/tune_recorded.py [--short] [--seeds N] [--window S] [--cap N]
-        [--recording DIR] [--jobs N] [--out FILE]
+        [--recording DIR] [--objective output_tokens|total_tokens] [--jobs N] [--out FILE]
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from glm5svc.tune.outputs import tuned_overlay  # noqa: E402
 from glm5svc.tune.search import Search  # noqa: E402
 from glm5svc.tune.settings import SearchSettings  # noqa: E402
 from glm5svc.tune.space import Knob, Space  # noqa: E402
-from testkit.recorded_engine import RecordedEngine  # noqa: E402
+from testkit.recorded_engine import METRIC_OF, RecordedEngine  # noqa: E402
 from testkit.recorded_noise import (  # noqa: E402
     H200_PRECISION,
     OUTPUT,
@@ -99,7 +99,8 @@ def ended(search: Search, knob: str) -> str:
     return kind if kind in VERDICTS else "other"
 
 
-def one_tune(recording, cap: int, window_s: float, seed: int, gain_b: float) -> dict:
+def one_tune(recording, cap: int, window_s: float, objective: str, seed: int,
+             gain_b: float) -> dict:  # fmt: skip
     settings = SearchSettings(seed=seed, window_s=window_s)
     cap_b = cap + 1  # a second value of the live cap: the truth, not the value, differs
     space, start = space_of(cap, cap_b)
@@ -109,6 +110,7 @@ def one_tune(recording, cap: int, window_s: float, seed: int, gain_b: float) -> 
         CAP,
         window_s,
         settings.settle_s,
+        objective,
     )
     with tempfile.TemporaryDirectory(dir=SCRATCH) as run_dir:
         search = Search(space, {}, start, settings, Path(run_dir), engine)
@@ -156,10 +158,10 @@ def share(hits: int, n: int) -> dict:
     return {"hits": hits, "n": n, "rate": hits / n, "low": low, "high": high}
 
 
-def run_space(name: str, recording, cap: int, window_s: float, seeds: int, gain_b: float,
-              jobs: int = 1) -> dict:  # fmt: skip
+def run_space(name: str, recording, cap: int, window_s: float, objective: str, seeds: int,
+              gain_b: float, jobs: int = 1) -> dict:  # fmt: skip
     began = time.monotonic()
-    each = partial(one_tune, recording, cap, window_s, gain_b=gain_b)
+    each = partial(one_tune, recording, cap, window_s, objective, gain_b=gain_b)
     if jobs > 1:
         with ProcessPoolExecutor(jobs) as pool:
             tunes = list(pool.map(each, range(seeds)))
@@ -243,6 +245,12 @@ def main() -> int:
     parser.add_argument("--window", type=float, help="window seconds (default: the tune's)")
     parser.add_argument("--cap", type=int, help="the recorded cap (default: the most seconds)")
     parser.add_argument("--recording", type=Path, default=H200_PRECISION)
+    parser.add_argument(
+        "--objective",
+        choices=sorted(METRIC_OF),
+        default=BenchmarkSection().objective,
+        help="what a window counts (default: benchmark.objective's default)",
+    )
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="processes")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
@@ -264,29 +272,32 @@ def main() -> int:
     for metric in (OUTPUT, TOTAL):
         print(recording.describe(cap, metric))
     probe = Resampler(recording, cap, window_s, random.Random(0))
-    if probe.wraps():
+    if probe.too_long():
         print(
-            f"note: a {window_s:g} s window is longer than every recorded series at cap {cap} "
-            f"(the longest: {probe.longest * probe.interval_s:.0f} s): its blocks wrap and "
-            "repeat seconds, so the window spread resampled is narrower than the engine's"
+            f"note: a {window_s:g} s window is over half the longest recorded series at cap "
+            f"{cap} ({probe.longest * probe.interval_s:.0f} s): its blocks overlap or wrap, so "
+            "the window spread resampled understates the engine's; record longer phases"
         )
+    objective = args.objective
+    print(
+        f"objective {objective} (benchmark.objective's default: {BenchmarkSection().objective}); "
+        f"window spread within a start at {window_s:g} s: "
+        + ", ".join(f"{m} {probe.window_spread(m):.1%}" for m in (OUTPUT, TOTAL))
+    )
     rows = [
-        run_space("null (no effect anywhere)", recording, cap, window_s, seeds, 1.0, args.jobs),
-        run_space(
-            "effect (+10 % live cap, null restart knob)",
-            recording,
-            cap,
-            window_s,
-            seeds,
-            EFFECT,
-            args.jobs,
-        ),
+        run_space(name, recording, cap, window_s, objective, seeds, gain, args.jobs)
+        for name, gain in (
+            ("null (no effect anywhere)", 1.0),
+            ("effect (+10 % live cap, null restart knob)", EFFECT),
+        )
     ]
     for row in rows:
         print_row(row)
     if args.out:
         result = {
             "recording": recording.source, "cap": cap, "window_s": window_s,
+            "objective": objective,
+            "window_spread": {m: probe.window_spread(m) for m in (OUTPUT, TOTAL)},
             "default_window_s": default_window, "window_source": source,
             "recorded_starts": len(recording.start_means(cap, OUTPUT)),
             "start_spread": {m: recording.start_spread(cap, m) for m in (OUTPUT, TOTAL)},

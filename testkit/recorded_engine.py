@@ -21,6 +21,7 @@ from glm5svc.tune.trial import CONTINUE, PRUNE, RunFigures, TrialOutcome
 from testkit.recorded_noise import OUTPUT, TOTAL, Resampler
 
 REQUESTS_PER_WINDOW = 8  # what RunFigures counts as completed and requested: any positive
+METRIC_OF = {"output_tokens": OUTPUT, "total_tokens": TOTAL}  # benchmark.objective's values
 
 
 @dataclass
@@ -30,6 +31,7 @@ class RecordedEngine:
     live_knob: str | None
     window_s: float
     settle_s: float = 0.0
+    objective: str = "output_tokens"  # what a window's figure counts (benchmark.objective)
     warmup_s: float = 0.0  # virtual time a start spends before its first window
     fail_start: Callable[[int, dict[str, Any]], bool] = lambda number, candidate: False
     should_stop: Callable[[], bool] = lambda: False  # a signal: the start is cut, as trial.py does
@@ -61,7 +63,8 @@ class RecordedEngine:
                 self.virtual_s += self.window_s + (self.settle_s if len(values) > 1 else 0)
                 runs.append(
                     RunFigures(
-                        throughput=rates[TOTAL] * gain,
+                        throughput=rates[METRIC_OF[self.objective]] * gain,
+                        total_throughput=rates[TOTAL] * gain,
                         output_throughput=rates[OUTPUT] * gain,
                         ttft_p99_ms=None,
                         itl_p99_ms=None,

@@ -197,9 +197,20 @@ class Resampler:
         self.weights = [len(s.seconds) for s in self.series]
         self.longest = max(len(s.seconds) for s in self.series)
 
-    def wraps(self) -> bool:
-        """The window is longer than every recorded series: a block repeats seconds."""
-        return self.block_intervals > self.longest
+    def too_long(self) -> bool:
+        """The window is over half the longest recorded series: its blocks overlap so much
+        (or wrap and repeat seconds) that their spread understates the engine's."""
+        return 2 * self.block_intervals > self.longest
+
+    def window_spread(self, metric: str) -> float:
+        """The standard deviation of a window's log rate within a start: every block of
+        every series, relative to its series' mean."""
+        logs = [
+            math.log(s.block(offset, self.block_intervals, metric) / s.rate(metric))
+            for s in self.series
+            for offset in range(len(s.seconds))
+        ]
+        return statistics.pstdev(logs)
 
     def start_level(self) -> Level:
         start = self.rng.choice(sorted(self.means[OUTPUT]))

@@ -50,12 +50,12 @@ def test_a_block_is_the_window_long_and_wraps(tmp_path):
     (series,) = recording.of_cap(256)
     assert len(series.seconds) == 12
     resampler = Resampler(recording, 256, window_s=5.0, rng=random.Random(1))
-    assert resampler.block_intervals == 5 and not resampler.wraps()
+    assert resampler.block_intervals == 5 and not resampler.too_long()
     tokens = series.output
     for offset in range(12):
         picked = [tokens[(offset + i) % 12] for i in range(5)]
         assert series.block(offset, 5, OUTPUT) == pytest.approx(sum(picked) / 5)
-    assert Resampler(recording, 256, window_s=30.0, rng=random.Random(1)).wraps()
+    assert Resampler(recording, 256, window_s=7.0, rng=random.Random(1)).too_long()
 
 
 def test_a_resampled_series_keeps_its_mean(tmp_path):
