@@ -3,8 +3,9 @@ engine's, resampled (testkit/recorded_noise.py), with each setting's true gain o
 
 It has the Executor signature the Search calls for each engine start: the start draws its
 level from the recorded starts, then measures rounds of one window per live value in
-A B B A order (the value order reversed every other round, as glm5svc/tune/trial.py does)
-and asks the Search's decider after every whole block of two rounds. Restart settings are
+A B B A order (the value order reversed every other round, as glm5svc/tune/trial.py does),
+each whole block of two rounds one stretch of a recorded series (Resampler.windows), and
+asks the Search's decider after every whole block. Restart settings are
 separate calls, so each gets its own start level. A start can be made to fail
 (`fail_start`), as an engine that does not come up, or cut by a signal (`should_stop`: the
 windows measured so far come back, the start "interrupted").
@@ -48,9 +49,13 @@ class RecordedEngine:
         self.levels.append(level.recorded_start)
         self.virtual_s += self.warmup_s
         values: tuple[int | None, ...] = tuple(live_values) or (None,)
+        settle_s = self.settle_s if len(values) > 1 else 0.0
         runs: list[RunFigures] = []
+        block: list[dict[str, float]] = []
         for round_index in itertools.count():
             order = values if round_index % 2 == 0 else tuple(reversed(values))
+            if round_index % 2 == 0:  # an A B B A block: one stretch of a recorded series
+                block = self.resampler.windows(level, 2 * len(values), settle_s)
             for value in order:
                 if self.should_stop():
                     return TrialOutcome("interrupted", runs=runs, kv_pool_tokens=1000, wall_s=1.0)
@@ -58,9 +63,9 @@ class RecordedEngine:
                 if value is not None and self.live_knob:
                     setting[self.live_knob] = value
                 gain = self.truth(setting)
-                rates = self.resampler.window(level)
+                rates = block.pop(0)
                 self.windows += 1
-                self.virtual_s += self.window_s + (self.settle_s if len(values) > 1 else 0)
+                self.virtual_s += self.window_s + settle_s
                 runs.append(
                     RunFigures(
                         throughput=rates[METRIC_OF[self.objective]] * gain,

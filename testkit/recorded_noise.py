@@ -14,10 +14,10 @@ A stand-in engine draws from them:
 - a window of W seconds: the rate over one contiguous block of W seconds of a recorded
   series of that cap, from any start, at a uniformly drawn offset, wrapping at the series'
   end (a circular moving-block bootstrap: the autocorrelation within W seconds is the
-  engine's own), relative to that series' mean, times the start's level and the pooled mean.
-Windows are drawn independently of each other: the drift a real start shares between
-adjacent windows (which the A B B A order cancels) is spread as window noise instead, which
-widens paired intervals (conservative for false promotion, pessimistic for power).
+  engine's own), relative to that series' mean, times the start's level and the pooled mean;
+- the windows of one A B B A block: consecutive blocks of one such stretch, each after the
+  settle, so adjacent windows share the drift the recorded engine showed (which the
+  A B B A order is there to cancel). Blocks of windows are drawn independently.
 """
 
 from __future__ import annotations
@@ -219,18 +219,33 @@ class Resampler:
             *(self.means[m][start] / self.pooled[m] for m in (OUTPUT, TOTAL)),
         )
 
-    def window(self, level: Level) -> dict[str, float]:
-        """One window's output and total tokens/s at this start's level."""
+    def windows(self, level: Level, count: int, gap_s: float = 0.0) -> list[dict[str, float]]:
+        """`count` consecutive windows' output and total tokens/s at this start's level, each
+        after a gap of `gap_s` (the settle after a cap change), cut in turn from one stretch
+        of a recorded series drawn as `window` draws its block: the drift they share is the
+        engine's, as in an A B B A block."""
         index = self.rng.choices(range(len(self.series)), weights=self.weights)[0]
         series = self.series[index]
-        offset = self.rng.randrange(len(series.seconds))
-        return {
-            m: self.pooled[m]
-            * getattr(level, m)
-            * series.block(offset, self.block_intervals, m)
-            / self.own[index][m]
-            for m in (OUTPUT, TOTAL)
-        }
+        cursor = self.rng.randrange(len(series.seconds))
+        gap = round(gap_s / self.interval_s)
+        found = []
+        for _ in range(count):
+            cursor += gap
+            found.append(
+                {
+                    m: self.pooled[m]
+                    * getattr(level, m)
+                    * series.block(cursor, self.block_intervals, m)
+                    / self.own[index][m]
+                    for m in (OUTPUT, TOTAL)
+                }
+            )
+            cursor += self.block_intervals
+        return found
+
+    def window(self, level: Level) -> dict[str, float]:
+        """One window's output and total tokens/s at this start's level."""
+        return self.windows(level, 1)[0]
 
 
 def synthetic_reads(schedule: list[tuple[int, int]], rates: list[float], t0: float = 100.0,

@@ -58,6 +58,22 @@ def test_a_block_is_the_window_long_and_wraps(tmp_path):
     assert Resampler(recording, 256, window_s=7.0, rng=random.Random(1)).too_long()
 
 
+def test_the_windows_of_a_block_follow_each_other_in_one_series(tmp_path):
+    rates = [float(r) for r in range(10, 130, 10)]  # 12 distinct seconds
+    folder = write_recording(tmp_path / "rec", [synthetic_reads([(256, 2), (256, 13)], rates)])
+    recording = load_recording(folder, settle_s=0)
+    (series,) = recording.of_cap(256)
+    resampler = Resampler(recording, 256, window_s=2.0, rng=random.Random(4))
+    level = resampler.start_level()
+    windows = [w[OUTPUT] for w in resampler.windows(level, 4, gap_s=1.0)]
+    # one second left out before each 2 s window: windows 3 s apart, wrapping after 12
+    means = {
+        offset: [series.block(offset + 1 + 3 * i, 2, OUTPUT) for i in range(4)]
+        for offset in range(12)
+    }
+    assert any(windows == pytest.approx(expected) for expected in means.values()), windows
+
+
 def test_a_resampled_series_keeps_its_mean(tmp_path):
     starts = [synthetic_reads([(256, 2), (256, 21)], [90.0, 130.0, 100.0, 80.0], t0=10.0 * n)
               for n in range(3)]  # fmt: skip
