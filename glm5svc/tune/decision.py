@@ -43,13 +43,16 @@ from statistics import NormalDist
 import numpy as np
 
 BETTER, WORSE, EQUIVALENT, UNDECIDED = "better", "worse", "equivalent", "undecided"
-# The prior on the start-to-start spread (relative), and the weight (pseudo-starts) it
-# keeps while the search has measured few replicated starts. No narrower than the H200
-# testbed showed (docs/performance-tune.md, the precision scenario, 2026-12-04): at cap 1024
-# two starts' output tokens/s, each over 50-80 s, were 17 % apart (a standard deviation
-# near 12 %); at cap 192, 0.5 % apart; six starts of an earlier session spread 28.7-41.6k.
-PRIOR_START_SPREAD = 0.10
-PRIOR_WEIGHT = 2
+# The prior on the start-to-start spread (relative), and the weight (pseudo-starts' degrees
+# of freedom) it keeps while the search has measured few replicated starts. No narrower than
+# the H200 testbed showed (docs/performance-tune.md, the precision scenario, 2026-12-04): at
+# cap 1024 two starts' output tokens/s, each a mean over 50-80 s, were 14.9 % apart in
+# relative standard deviation (the first start cold); at cap 192, 0.7 %; six starts of an
+# earlier session spread 28.7-41.6k total tok/s. The weight counts the starts behind it
+# conservatively (eight starts, four degrees of freedom).
+PRIOR_START_SPREAD = 0.15
+PRIOR_WEIGHT = 4
+FUTILE_AFTER = 2  # starts a side after which an estimate under the bar stops a comparison
 MAX_STARTS = 6  # per candidate and comparison (bench/tune_method.py: power against drift)
 PAIRS_PER_LOOK = 2  # an A B B A block of a live comparison
 
@@ -373,6 +376,19 @@ def next_step(
         return DONE, verdict
     if verdict.gain is not None and verdict.gain.high <= min_effect:
         return DONE, verdict  # its best case is no gain worth a restart
+    if (
+        verdict.gain is not None
+        and min(len(mine), len(theirs)) >= FUTILE_AFTER
+        and verdict.gain.estimate < min_effect
+    ):
+        # Futile: its estimate is below the bar after FUTILE_AFTER starts a side, and at a
+        # start-to-start spread like the H200's, more starts would rarely lift its lower
+        # bound past it. Stopping never promotes, so the error rate holds.
+        return DONE, Verdict(
+            UNDECIDED, verdict.gain,
+            verdict.why + f"; no more starts: its estimate is under the minimum effect after "
+            f"{FUTILE_AFTER} starts a side (futile)",
+        )  # fmt: skip
     if len(mine) >= max_starts and len(theirs) >= max_starts:
         return DONE, verdict
     if len(theirs) < len(mine):

@@ -6,9 +6,12 @@ Pure: every figure is an input (glm5svc/tune/host_figures.py reads them from the
 model folder and a resumed run's trials), so the estimate is tested with the numbers of any
 machine, the real target's included (docs/performance-tune.md).
 
-A start is one engine start: the screen makes one per value of a knob that needs a
-restart (one knob at a time from the start), and the winner gets one confirming start;
-the values of a live knob share each start's load. One start costs
+A start is one engine start. At a start-to-start spread like the H200's (decision.py's
+prior), one start a side decides only effects of about 2x: the screen plans FUTILE_AFTER
+starts per value of a knob that needs a restart (one knob at a time from the start) and one
+more of the incumbent, after which a candidate with no gain in sight stops; the confirmation
+plans CONFIRMATION_STARTS fresh starts (the start and the overlay, each as written). The
+values of a live knob share each start's load. One start costs
   its start (to READY) + the warm-up + rounds x live values x (window + settle) + its stop,
 where the first start measures `FIRST_START_ROUNDS` rounds (it decides the live values)
 and the others `repeats`. When the plan does not fit the budget, the knobs at the end of
@@ -21,6 +24,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from typing import Any
+
+from glm5svc.tune.decision import FUTILE_AFTER
 
 GB = 1e9
 GIB = 2**30
@@ -37,6 +42,7 @@ STOP_S = 15.0  # the drain of an engine under load and the GPU memory freed
 # about 6 windows, bounded by benchmark.warmup_max_s.
 WARMUP_WINDOWS = 6
 FIRST_START_ROUNDS = 4  # two A B B A blocks: a large live effect is decided in 4 pairs
+CONFIRMATION_STARTS = 2  # the start and the overlay, each as written
 STAND_IN_START_S = 5.0  # a stand-in engine (server.command) until a start is measured
 # The page cache keeps the weights only with room beside the engine's own host memory.
 ENGINE_HOST_MEMORY_BYTES = 32 * GIB
@@ -143,10 +149,11 @@ class Estimate:
             )
         if self.fits:
             lines.append("plan: it fits the budget")
-        elif self.total_s - self.other_start_s <= self.budget_s:
+        elif self.total_s - CONFIRMATION_STARTS * self.other_start_s <= self.budget_s:
+            confirmation = _clock(CONFIRMATION_STARTS * self.other_start_s)
             lines.append(
-                f"plan: the screen fits the budget; the confirming start "
-                f"({_clock(self.other_start_s)}) does not: the best may stay unconfirmed "
+                f"plan: the screen fits the budget; its confirmation ({CONFIRMATION_STARTS} "
+                f"start(s), {confirmation}) does not: no change is written without one "
                 "(raise --budget)"
             )
         else:
@@ -206,7 +213,8 @@ def memory_warning(inputs: EstimateInputs) -> str | None:
 
 def first_pass(knobs: tuple[KnobCount, ...]) -> tuple[int, int]:
     """(starts, settings) of a pass that changes one knob at a time from the start."""
-    starts = 1 + sum(k.values - 1 for k in knobs if k.restart)
+    candidates = sum(k.values - 1 for k in knobs if k.restart)
+    starts = 1 + (1 + FUTILE_AFTER * candidates if candidates else 0)
     settings = 1 + sum(k.values - 1 for k in knobs)
     return starts, settings
 
@@ -234,7 +242,7 @@ def estimate(inputs: EstimateInputs) -> Estimate:
 
     def cost(knobs: tuple[KnobCount, ...]) -> tuple[int, int, int, float, float, float]:
         starts, settings = first_pass(knobs)
-        starts += 1 if inputs.confirm else 0  # the winner's confirming start
+        starts += CONFIRMATION_STARTS if inputs.confirm else 0
         starts = max(0, starts - inputs.done_starts)
         settings = max(0, settings - inputs.done_settings)
         first_rounds = FIRST_START_ROUNDS if inputs.done_starts == 0 else inputs.repeats
@@ -253,9 +261,9 @@ def estimate(inputs: EstimateInputs) -> Estimate:
         return starts, settings, windows, total, first, other
 
     def screen_s(total: float, other: float) -> float:
-        """The screen alone: knobs are dropped to fit it, never to make room for the
-        confirming start (which the search reserves while it can)."""
-        return total - (other if inputs.confirm else 0.0)
+        """The screen with its confirmation: no overlay is written unconfirmed, so knobs
+        are dropped until both fit."""
+        return total
 
     knobs = tuple(inputs.knobs)
     dropped: list[Dropped] = []

@@ -32,7 +32,7 @@ from typing import Any
 
 from glm5svc.bench.counter_window import CounterRead, CounterWindow, read_counters
 from glm5svc.bench.engine_sampler import SteadyRefused
-from glm5svc.bench.load import ContinuousLoad, LoadShape
+from glm5svc.bench.load import ContinuousLoad, LoadShape, StreamedLatency
 from glm5svc.bench.plan import BenchPlan
 from glm5svc.bench.steady import cached_share_flag, windows_agree
 from glm5svc.child_group import ChildGroup, spawn
@@ -79,6 +79,7 @@ class RunFigures:
     round: int = 0  # round i of every live value forms a pair (same start, adjacent windows)
     cached_share: float | None = None  # of the window's prompt tokens, from the radix cache
     total_throughput: float | None = None  # uncached input + output tokens/s
+    latency_probes: int = 0  # streamed requests that ended in the window (their TTFT)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -356,10 +357,12 @@ class _Windows:
             stopped = self.settle(settle)
             if stopped is not None:
                 return stopped
+        began = time.monotonic()
         read = self.window(self.window_s)
         if isinstance(read, str):
             return read
         counted, gauges, stats = read
+        streamed = self.load.counts.streamed_between(began, time.monotonic())
         run_dir = self.request.trial_dir / "runs"
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / f"{name}.json").write_text(
@@ -370,7 +373,15 @@ class _Windows:
             return _Flagged(flag)
         if counted.throughput <= 0:
             return _Flagged("the engine computed no tokens in the window")
-        return _figures(counted, gauges, stats, self.request.objective)
+        return _figures(counted, gauges, stats, self.request.objective, streamed)
+
+
+def _quantile(ordered: list[float], q: float) -> float:
+    """The q quantile of sorted values, by linear interpolation."""
+    at = q * (len(ordered) - 1)
+    low = int(at)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (at - low)
 
 
 def objective_figure(window: CounterWindow, objective: str) -> float:
@@ -378,8 +389,13 @@ def objective_figure(window: CounterWindow, objective: str) -> float:
     return window.output_throughput if objective == "output_tokens" else window.throughput
 
 
-def _figures(window: CounterWindow, samples: list[GaugeSample], stats,
-             objective: str) -> RunFigures:  # fmt: skip
+def _figures(window: CounterWindow, samples: list[GaugeSample], stats, objective: str,
+             streamed: list[StreamedLatency]) -> RunFigures:  # fmt: skip
+    """A window's figures. TTFT is what the load's streaming probes saw (sglang's TTFT
+    histogram records a non-streamed request's output when it finishes: its whole latency);
+    inter-token latency is sglang's histogram, which matched the probes within 1 % on the
+    H200 (docs/performance-tune.md)."""
+    ttfts = sorted(s.ttft_s for s in streamed)
     samples = [s for s in samples if (s.running or 0) + (s.queued or 0) > 0]
     running = [s.running for s in samples if s.running is not None]
     queued = [s.queued for s in samples if s.queued is not None]
@@ -390,9 +406,10 @@ def _figures(window: CounterWindow, samples: list[GaugeSample], stats,
         throughput=round(objective_figure(window, objective), 1),
         total_throughput=round(window.throughput, 1),
         output_throughput=round(window.output_throughput, 1),
-        ttft_p99_ms=window.ttft_p99_ms,
+        ttft_p99_ms=round(1000 * _quantile(ttfts, 0.99), 2) if ttfts else None,
         itl_p99_ms=window.itl_p99_ms,
-        ttft_median_ms=window.ttft_median_ms,
+        ttft_median_ms=round(1000 * _quantile(ttfts, 0.5), 2) if ttfts else None,
+        latency_probes=len(ttfts),
         power_share=sum(shares) / len(shares) if shares else None,
         running_max=max(running) if running else None,
         queue_mean=sum(queued) / len(queued) if queued else None,

@@ -20,7 +20,7 @@ from glm5svc.bench.counter_window import (
     read_counters,
 )
 from glm5svc.bench.engine_sampler import sample_from_metrics
-from glm5svc.bench.load import ContinuousLoad, LoadShape
+from glm5svc.bench.load import ContinuousLoad, LoadShape, read_stream
 from glm5svc.metrics_text import parse_metrics
 from testkit import sglang_test_engine
 from testkit.engine import start_engine
@@ -125,3 +125,47 @@ def test_a_workload_that_declares_sharing_is_measured_with_that_share_cached(tmp
         engine.stop()
     assert all(0.3 < share < 0.51 for share in shares), shares
     assert "50% of each prompt shared" in shape.describe()
+
+
+def test_streaming_probes_time_the_first_token_and_the_gaps_after_it(tmp_path):
+    """Two of eight workers stream: each of their requests gives its first token's time and
+    the mean gap per later token; the other workers' requests give none."""
+    engine = start_engine(tmp_path / "engine.log", "--step-base-ms", "2")
+    try:
+        shape = LoadShape(concurrency=8, input_len=32, output_len=8, vocab_size=5000,
+                          range_ratio=1.0, latency_probes=2)  # fmt: skip
+        load = ContinuousLoad(engine.base_url, {}, shape, seed=4)
+        load.start()
+        deadline = time.monotonic() + 60
+        while len(load.counts.streamed) < 6 and time.monotonic() < deadline:
+            time.sleep(0.05)  # waits on the load's own counter, bounded
+        counts = load.stop()
+    finally:
+        engine.stop()
+    streamed = list(counts.streamed)
+    assert len(streamed) >= 6 and counts.failed == 0
+    assert len(streamed) < counts.completed  # only the probes' requests are timed
+    for probe in streamed:
+        assert 0 < probe.ttft_s < 60 and probe.itl_s is not None and probe.itl_s > 0
+    ended = [p.ended_at for p in streamed]
+    assert counts.streamed_between(min(ended) - 1, max(ended)) == streamed
+    assert counts.streamed_between(max(ended), max(ended) + 1) == []
+
+
+def test_read_stream_counts_tokens_not_chunks():
+    """A chunk that carries several tokens counts them all: the gap is per token."""
+
+    class Answer:
+        def __init__(self, lines):
+            self.lines = lines
+
+        def __iter__(self):
+            return iter(self.lines)
+
+    def chunk(tokens):
+        return b'data: {"meta_info": {"completion_tokens": %d}}\n' % tokens
+
+    timed = read_stream(Answer([chunk(1), b"\n", chunk(3), chunk(5), b"data: [DONE]\n"]), 0.0)
+    assert timed.ttft_s > 0 and timed.itl_s is not None and timed.itl_s >= 0
+    with pytest.raises(OSError, match="no output tokens"):
+        read_stream(Answer([b"data: [DONE]\n"]), 0.0)

@@ -11,8 +11,10 @@ import re
 
 import pytest
 
+from glm5svc.tune.decision import FUTILE_AFTER
 from glm5svc.tune.estimate import (
     AUTOTUNE_COLD_S,
+    CONFIRMATION_STARTS,
     ENGINE_HOST_MEMORY_BYTES,
     FIRST_START_ROUNDS,
     GIB,
@@ -72,14 +74,17 @@ HEAD = re.compile(
 
 
 def test_starts_and_windows_of_the_first_pass():
-    assert first_pass(GLM5_SPACE) == (12, 12)
+    # The start, one more of the incumbent, FUTILE_AFTER starts per restart value.
+    assert first_pass(GLM5_SPACE) == (2 + 11 * FUTILE_AFTER, 12)
     live_cap = (LIVE_CAP, *GLM5_SPACE[1:])
-    assert first_pass(live_cap) == (9, 12)  # the cap's values share the start's engine
+    # the cap's values share the start's engine
+    assert first_pass(live_cap) == (2 + 8 * FUTILE_AFTER, 12)
+    assert first_pass((LIVE_CAP,)) == (1, 4)  # live values only: one start
     small = EstimateInputs(knobs=GLM5_SPACE[:2], budget_s=10**6, window_s=10, repeats=3,
                            measured_start_s=100)  # fmt: skip
     found = estimate(small)
-    # The screen's 5 starts and the winner's confirming start; one live value each.
-    starts, settings = 5 + 1, 5
+    # The screen's starts and the confirmation's; one live value each.
+    starts, settings = 2 + 4 * FUTILE_AFTER + CONFIRMATION_STARTS, 5
     warmup = WARMUP_WINDOWS * 10
     first = 100 + warmup + FIRST_START_ROUNDS * 1 * 10 + STOP_S
     other = 100 + warmup + 3 * 1 * 10 + STOP_S
@@ -104,14 +109,15 @@ def test_live_values_share_a_start_each_with_its_settle_and_the_warmup_is_bounde
                             repeats=2, measured_start_s=100, settle_s=4,
                             warmup_max_s=30)  # fmt: skip
     found = estimate(inputs)
-    assert (found.starts, found.settings) == (2 + 1, 5)
+    starts = 2 + FUTILE_AFTER + CONFIRMATION_STARTS
+    assert (found.starts, found.settings) == (starts, 5)
     rounds_first = max(FIRST_START_ROUNDS, 2)
     first = 100 + 30 + rounds_first * 4 * (10 + 4) + STOP_S  # warm-up: min(6 x 10, 30)
     other = 100 + 30 + 2 * 4 * (10 + 4) + STOP_S
     assert found.first_start_s == pytest.approx(first)
     assert found.other_start_s == pytest.approx(other)
-    assert found.total_s == pytest.approx(first + 2 * other)
-    assert found.windows == rounds_first * 4 + 2 * 2 * 4
+    assert found.total_s == pytest.approx(first + (starts - 1) * other)
+    assert found.windows == rounds_first * 4 + (starts - 1) * 2 * 4
     # More repeats than the first start's deciding rounds: every start measures them.
     many = estimate(with_(inputs, repeats=FIRST_START_ROUNDS + 2))
     assert many.first_start_s == pytest.approx(many.other_start_s)
@@ -131,8 +137,9 @@ def test_a_budget_too_small_drops_the_last_knobs_and_says_why():
     # What was dropped is what the plan lost: the totals add up.
     assert sum(d.starts for d in found.dropped) == full.starts - found.starts
     assert sum(d.seconds for d in found.dropped) == pytest.approx(full.total_s - found.total_s)
-    # Knobs are dropped until the screen fits, the confirming start left out of that sum.
-    assert found.total_s - found.other_start_s <= GLM5.budget_s
+    # Knobs are dropped until the screen and its confirmation fit (nothing unconfirmed is
+    # written), or one knob is left.
+    assert found.total_s <= GLM5.budget_s or found.kept == ("tuning.max_running_requests",)
     text = "\n".join(found.lines())
     assert "least influential" in text and found.dropped[0].knob in text
     hopeless = estimate(with_(GLM5, budget_s=60))
@@ -140,19 +147,20 @@ def test_a_budget_too_small_drops_the_last_knobs_and_says_why():
     assert hopeless.kept == ("tuning.max_running_requests",)
 
 
-def test_only_a_screen_that_does_not_fit_drops_a_knob_not_the_confirming_start():
+def test_knobs_are_dropped_until_the_confirmation_fits_too():
     full = estimate(with_(GLM5, budget_s=10**7))
-    screen = full.total_s - full.other_start_s
-    # Room for the screen but not its confirmation: every knob kept, the risk said.
-    between = estimate(with_(GLM5, budget_s=screen + full.other_start_s / 2))
-    assert not between.dropped and between.kept == full.kept
-    assert not between.fits
-    assert "the confirming start" in between.lines()[-2]
-    assert "the best may stay unconfirmed" in between.lines()[-2]
-    # Exactly the screen fits; a second less drops the last knob.
-    assert not estimate(with_(GLM5, budget_s=screen)).dropped
-    short = estimate(with_(GLM5, budget_s=screen - 1))
+    # Exactly the screen and its confirmation fit; a second less drops the last knob.
+    assert not estimate(with_(GLM5, budget_s=full.total_s)).dropped
+    short = estimate(with_(GLM5, budget_s=full.total_s - 1))
     assert [d.knob for d in short.dropped][0] == GLM5_SPACE[-1].name
+    # One knob left whose screen fits but not its confirmation: said, with what it costs.
+    one = estimate(with_(GLM5, knobs=GLM5_SPACE[:1], budget_s=10**7))
+    between = estimate(with_(GLM5, knobs=GLM5_SPACE[:1],
+                             budget_s=one.total_s - one.other_start_s))  # fmt: skip
+    assert not between.fits
+    assert (
+        "its confirmation" in between.lines()[-2] and "no change is written" in between.lines()[-2]
+    )
 
 
 def test_memory_below_the_weights_is_said_with_the_memory_that_would_keep_them():
