@@ -69,6 +69,28 @@ def tune_window() -> tuple[float, str]:
     return BenchmarkSection().window_s, "benchmark.window_s's default (tune's --window unset)"
 
 
+def longest_represented(recording, cap: int) -> float:
+    """The longest window the recording represents at the cap: half its longest series
+    (a longer one's blocks overlap so much that their spread understates the engine's)."""
+    probe = Resampler(recording, cap, 1.0, random.Random(0))
+    return math.floor(probe.longest * probe.interval_s / 2)
+
+
+def measured_window(recording, cap: int, given: float | None, default: float,
+                    source: str) -> tuple[float, str]:  # fmt: skip
+    """--window, else the tune's default where the recording represents it, else the
+    longest it represents; and why."""
+    if given:
+        return given, f"--window; the tune's default: {default:g} s, {source}"
+    longest = longest_represented(recording, cap)
+    if default <= longest:
+        return default, source
+    return longest, (
+        f"the tune's default, {default:g} s ({source}), is longer than the recording "
+        f"represents at cap {cap}: the longest it does"
+    )
+
+
 def space_of(cap_a: int, cap_b: int) -> tuple[Space, dict]:
     space = Space(
         [Knob(CAP, (cap_a, cap_b), restart=False), Knob(NULL_KNOB, (None, "triton"))],
@@ -242,7 +264,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--short", action="store_true", help=f"{SHORT_SEEDS} tunes a space (CI)")
     parser.add_argument("--seeds", type=int, default=400, help="tunes per space")
-    parser.add_argument("--window", type=float, help="window seconds (default: the tune's)")
+    parser.add_argument(
+        "--window",
+        type=float,
+        help="window seconds (default: the tune's, or the longest the recording represents)",
+    )
     parser.add_argument("--cap", type=int, help="the recorded cap (default: the most seconds)")
     parser.add_argument("--recording", type=Path, default=H200_PRECISION)
     parser.add_argument(
@@ -266,9 +292,8 @@ def main() -> int:
         print(f"error: --cap {cap}: the recording has caps {recording.caps()}", file=sys.stderr)
         return 2
     default_window, source = tune_window()
-    window_s = args.window or default_window
-    print(f"window {window_s:g} s ({'--window' if args.window else source}; the tune's "
-          f"default: {default_window:g} s, {source})")  # fmt: skip
+    window_s, why = measured_window(recording, cap, args.window, default_window, source)
+    print(f"window {window_s:g} s ({why})")
     for metric in (OUTPUT, TOTAL):
         print(recording.describe(cap, metric))
     probe = Resampler(recording, cap, window_s, random.Random(0))
@@ -298,7 +323,8 @@ def main() -> int:
             "recording": recording.source, "cap": cap, "window_s": window_s,
             "objective": objective,
             "window_spread": {m: probe.window_spread(m) for m in (OUTPUT, TOTAL)},
-            "default_window_s": default_window, "window_source": source,
+            "default_window_s": default_window, "window_source": why,
+            "longest_represented_s": longest_represented(recording, cap),
             "recorded_starts": len(recording.start_means(cap, OUTPUT)),
             "start_spread": {m: recording.start_spread(cap, m) for m in (OUTPUT, TOTAL)},
             "seeds": seeds, "rows": rows,
