@@ -300,8 +300,8 @@ def main() -> int:
     if probe.too_long():
         print(
             f"note: a {window_s:g} s window is over half the longest recorded series at cap "
-            f"{cap} ({probe.longest * probe.interval_s:.0f} s): its blocks overlap or wrap, so "
-            "the window spread resampled understates the engine's; record longer phases"
+            f"{cap} ({probe.longest * probe.interval_s:.0f} s): its blocks overlap or turn "
+            "back, so the window spread resampled understates the engine's; record longer phases"
         )
     objective = args.objective
     print(

@@ -12,9 +12,12 @@ A stand-in engine draws from them:
   recorded start of that cap (so stand-in starts spread as the recorded ones did: with few
   recorded starts, that spread is itself uncertain, and `Recording.describe` says so);
 - a window of W seconds: the rate over one contiguous block of W seconds of a recorded
-  series of that cap, from any start, at a uniformly drawn offset, wrapping at the series'
-  end (a circular moving-block bootstrap: the autocorrelation within W seconds is the
-  engine's own), relative to that series' mean, times the start's level and the pooled mean;
+  series of that cap, from any start, at a uniformly drawn offset, turning back at either
+  end (the series played forward then backward: a moving-block bootstrap on the series
+  reflected, so a block never jumps from the series' last second to its first, which under
+  a drift would be a step the engine never made; the autocorrelation within W seconds is
+  the engine's own), relative to that series' mean, times the start's level and the pooled
+  mean;
 - the windows of one A B B A block: consecutive blocks of one such stretch, each after the
   settle, so adjacent windows share the drift the recorded engine showed (which the
   A B B A order is there to cancel). Blocks of windows are drawn independently.
@@ -49,6 +52,11 @@ class Series:
     total: tuple[float, ...]  # prefill computed + output tokens in each interval
     seconds: tuple[float, ...]  # each interval's length
 
+    def reflected(self, position: int) -> int:
+        n = len(self.seconds)
+        turn = position % (2 * n)
+        return turn if turn < n else 2 * n - 1 - turn
+
     def rate(self, metric: str) -> float:
         return math.fsum(self._tokens(metric)) / math.fsum(self.seconds)
 
@@ -56,9 +64,9 @@ class Series:
         return self.output if metric == OUTPUT else self.total
 
     def block(self, offset: int, length: int, metric: str) -> float:
-        """The rate over `length` intervals from `offset`, wrapping at the end."""
-        n = len(self.seconds)
-        picked = [(offset + i) % n for i in range(length)]
+        """The rate over `length` intervals from `offset` of the series reflected at its ends
+        (positions n..2n-1 are the series backwards, then it repeats)."""
+        picked = [self.reflected(offset + i) for i in range(length)]
         tokens = self._tokens(metric)
         return math.fsum(tokens[i] for i in picked) / math.fsum(self.seconds[i] for i in picked)
 
@@ -199,7 +207,7 @@ class Resampler:
 
     def too_long(self) -> bool:
         """The window is over half the longest recorded series: its blocks overlap so much
-        (or wrap and repeat seconds) that their spread understates the engine's."""
+        (or turn back and repeat seconds) that their spread understates the engine's."""
         return 2 * self.block_intervals > self.longest
 
     def window_spread(self, metric: str) -> float:
@@ -226,7 +234,7 @@ class Resampler:
         engine's, as in an A B B A block."""
         index = self.rng.choices(range(len(self.series)), weights=self.weights)[0]
         series = self.series[index]
-        cursor = self.rng.randrange(len(series.seconds))
+        cursor = self.rng.randrange(2 * len(series.seconds))  # forward or backward
         gap = round(gap_s / self.interval_s)
         found = []
         for _ in range(count):

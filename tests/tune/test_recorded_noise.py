@@ -43,7 +43,7 @@ def test_a_folder_without_reads_says_what_writes_them(tmp_path):
         load_recording(tmp_path, settle_s=4)
 
 
-def test_a_block_is_the_window_long_and_wraps(tmp_path):
+def test_a_block_is_the_window_long_and_turns_back_at_the_ends(tmp_path):
     rates = [float(r) for r in range(10, 130, 10)]  # 12 distinct seconds
     folder = write_recording(tmp_path / "rec", [synthetic_reads([(256, 2), (256, 13)], rates)])
     recording = load_recording(folder, settle_s=0)
@@ -52,9 +52,12 @@ def test_a_block_is_the_window_long_and_wraps(tmp_path):
     resampler = Resampler(recording, 256, window_s=5.0, rng=random.Random(1))
     assert resampler.block_intervals == 5 and not resampler.too_long()
     tokens = series.output
-    for offset in range(12):
-        picked = [tokens[(offset + i) % 12] for i in range(5)]
+    backwards = tokens + tokens[::-1]  # at the end the series turns back, then repeats
+    for offset in range(24):
+        picked = [backwards[(offset + i) % 24] for i in range(5)]
         assert series.block(offset, 5, OUTPUT) == pytest.approx(sum(picked) / 5)
+    last, before = tokens[11], tokens[10]
+    assert series.block(10, 4, OUTPUT) == pytest.approx((before + last + last + before) / 4)
     assert Resampler(recording, 256, window_s=7.0, rng=random.Random(1)).too_long()
 
 
@@ -66,10 +69,10 @@ def test_the_windows_of_a_block_follow_each_other_in_one_series(tmp_path):
     resampler = Resampler(recording, 256, window_s=2.0, rng=random.Random(4))
     level = resampler.start_level()
     windows = [w[OUTPUT] for w in resampler.windows(level, 4, gap_s=1.0)]
-    # one second left out before each 2 s window: windows 3 s apart, wrapping after 12
+    # one second left out before each 2 s window: windows 3 s apart, forward or backward
     means = {
         offset: [series.block(offset + 1 + 3 * i, 2, OUTPUT) for i in range(4)]
-        for offset in range(12)
+        for offset in range(24)
     }
     assert any(windows == pytest.approx(expected) for expected in means.values()), windows
 
@@ -81,7 +84,7 @@ def test_a_resampled_series_keeps_its_mean(tmp_path):
     recording = load_recording(write_recording(tmp_path / "rec", starts), settle_s=0)
     for series in recording.of_cap(256):
         n = len(series.seconds)
-        blocks = [series.block(offset, 7, OUTPUT) for offset in range(n)]
+        blocks = [series.block(offset, 7, OUTPUT) for offset in range(2 * n)]
         assert statistics.fmean(blocks) == pytest.approx(series.rate(OUTPUT))
     resampler = Resampler(recording, 256, window_s=7.0, rng=random.Random(3))
     levels = [resampler.start_level() for _ in range(3000)]
