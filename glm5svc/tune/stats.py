@@ -11,34 +11,52 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from statistics import NormalDist
 
-# Two-sided Student-t quantiles, by degrees of freedom, for the confidence levels offered.
-# (No scipy on the target; these are the standard table values.)
-_T_TABLE = {
-    0.90: [6.314, 2.920, 2.353, 2.132, 2.015, 1.943, 1.895, 1.860, 1.833, 1.812,
-           1.796, 1.782, 1.771, 1.761, 1.753, 1.746, 1.740, 1.734, 1.729, 1.725,
-           1.721, 1.717, 1.714, 1.711, 1.708, 1.706, 1.703, 1.701, 1.699, 1.697],
-    0.95: [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
-           2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
-           2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042],
-    0.99: [63.657, 9.925, 5.841, 4.604, 4.032, 3.707, 3.499, 3.355, 3.250, 3.169,
-           3.106, 3.055, 3.012, 2.977, 2.947, 2.921, 2.898, 2.878, 2.861, 2.845,
-           2.831, 2.819, 2.807, 2.797, 2.787, 2.779, 2.771, 2.763, 2.756, 2.750],
-}  # fmt: skip
-_T_LIMIT = {0.90: 1.645, 0.95: 1.960, 0.99: 2.576}
-CONFIDENCE_LEVELS = tuple(sorted(_T_TABLE))
+CONFIDENCE_LEVELS = (0.90, 0.95, 0.99)
+
+
+def _t_inside(t: float, dof: int) -> float:
+    """P(|T| < t) for Student's t with a whole number of degrees of freedom (closed form)."""
+    theta = math.atan(t / math.sqrt(dof))
+    c2, s = math.cos(theta) ** 2, math.sin(theta)
+    total, term = 1.0, 1.0
+    if dof % 2:
+        for k in range(1, (dof - 1) // 2):
+            term *= (2 * k) / (2 * k + 1) * c2
+            total += term
+        return 2 / math.pi * (theta + (s * math.cos(theta) * total if dof > 1 else 0.0))
+    for k in range(1, dof // 2):
+        term *= (2 * k - 1) / (2 * k) * c2
+        total += term
+    return s * total
+
+
+def student_t_quantile(p: float, dof: float) -> float:
+    """The p quantile (p > 0.5) of Student's t; fractional degrees of freedom round down
+    (the wider, cautious side), beyond 300 the normal's."""
+    if not 0.5 < p < 1:
+        raise ValueError(f"p must be in (0.5, 1), got {p}")
+    if not dof >= 1:
+        return math.inf
+    if dof > 300:
+        return NormalDist().inv_cdf(p)
+    nu, inside = int(dof), 2 * p - 1
+    low, high = 0.0, 1.0
+    while _t_inside(high, nu) < inside:
+        high *= 2
+    for _ in range(80):
+        mid = (low + high) / 2
+        low, high = (mid, high) if _t_inside(mid, nu) < inside else (low, mid)
+    return high
 
 
 def t_quantile(confidence: float, dof: float) -> float:
     """The two-sided t quantile; fractional degrees of freedom (Welch) round down, which
     widens the interval (the cautious side)."""
-    if confidence not in _T_TABLE:
+    if confidence not in CONFIDENCE_LEVELS:
         raise ValueError(f"confidence must be one of {CONFIDENCE_LEVELS}, got {confidence}")
-    if not dof >= 1:
-        return math.inf
-    index = int(math.floor(dof))
-    table = _T_TABLE[confidence]
-    return table[index - 1] if index <= len(table) else _T_LIMIT[confidence]
+    return student_t_quantile((1 + confidence) / 2, dof)
 
 
 @dataclass(frozen=True)
