@@ -3,16 +3,18 @@
 glm5svc.tune.search.Search, as it is, runs many seeded tunes on a stand-in engine
 (testkit/recorded_engine.py) whose starts and windows are resampled from the H200's
 recorded counter reads (testkit/recorded_noise.py: a start's level from the recorded
-starts, a window as one contiguous block of the window's length from a recorded series of
-the cap), at the tune's window length. Each setting's true gain is multiplied on top. Two
-spaces, each a live cap pair (A the start, B the candidate, measured in A B B A rounds
-within each start) and one restart knob (its own starts) with no effect:
+starts, the windows of an A B B A block one stretch of a recorded series of the cap), at
+the window the GPU lab's tunes measure the H200 testbed at (or the longest the recording
+represents, where that is shorter; --window another). Each setting's true gain is
+multiplied on top. Two spaces, each a live cap pair (A the start, B the candidate,
+measured in A B B A rounds within each start) and one restart knob (its own starts) with
+no effect:
 - null: B has no effect either. False promotion: tunes whose confirmed overlay
   (Search.confirmed True, best not the start) changes anything; at most 5 % is the target.
 - effect: B is +10 %. Power: tunes whose confirmed overlay sets B; at least 80 % is the
   target. Also how often the null knob ended "equivalent", and the starts a tune made.
-Beside each rate: its 95 % Clopper-Pearson interval over the seeds, and (as main's
-write_outputs would write it) the overlays written without a confirmation.
+Beside each rate: its 95 % Clopper-Pearson interval over the seeds, and the tunes whose
+best is not the start but stayed unconfirmed (no overlay may be written for them).
 
     .venv/bin/python bench/tune_recorded.py [--short] [--seeds N] [--window S] [--cap N]
         [--recording DIR] [--objective output_tokens|total_tokens] [--jobs N] [--out FILE]
@@ -40,6 +42,7 @@ from glm5svc.tune.outputs import tuned_overlay  # noqa: E402
 from glm5svc.tune.search import Search  # noqa: E402
 from glm5svc.tune.settings import SearchSettings  # noqa: E402
 from glm5svc.tune.space import Knob, Space  # noqa: E402
+from lab.gpu.tune_scenario import WINDOW_S as LAB_WINDOW_S  # noqa: E402
 from testkit.recorded_engine import METRIC_OF, RecordedEngine  # noqa: E402
 from testkit.recorded_noise import (  # noqa: E402
     H200_PRECISION,
@@ -62,11 +65,10 @@ SCRATCH = "/dev/shm" if Path("/dev/shm").is_dir() else None
 
 
 def tune_window() -> tuple[float, str]:
-    """The window a tune measures by default, and where that default comes from."""
-    default = SearchSettings().window_s
-    if default is not None:
-        return default, "glm5svc tune's --window default"
-    return BenchmarkSection().window_s, "benchmark.window_s's default (tune's --window unset)"
+    """The window the tune measures the recorded testbed at, and where it comes from: the
+    GPU lab's tune window (the recordings are of the lab's H200 testbed; glm5svc tune's own
+    default, benchmark.window_s, is sized for GLM-5 on its target)."""
+    return LAB_WINDOW_S, "the GPU lab's tune window, lab/gpu/tune_scenario.py WINDOW_S"
 
 
 def longest_represented(recording, cap: int) -> float:
@@ -239,7 +241,7 @@ def print_row(row: dict) -> None:
     )
     print(
         f"  overlay exactly the +10 % cap: {row['exactly_b']['rate']:.1%}; best not the "
-        f"start but unconfirmed (main's write_outputs writes it): "
+        f"start but unconfirmed: "
         f"{row['unconfirmed_overlay']['rate']:.1%}",
         flush=True,
     )
@@ -293,7 +295,9 @@ def main() -> int:
         return 2
     default_window, source = tune_window()
     window_s, why = measured_window(recording, cap, args.window, default_window, source)
-    print(f"window {window_s:g} s ({why})")
+    target = SearchSettings().window_s or BenchmarkSection().window_s
+    print(f"window {window_s:g} s ({why}; glm5svc tune's default, for GLM-5 on its target: "
+          f"{target:g} s)")  # fmt: skip
     for metric in (OUTPUT, TOTAL):
         print(recording.describe(cap, metric))
     probe = Resampler(recording, cap, window_s, random.Random(0))
