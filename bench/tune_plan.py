@@ -6,9 +6,10 @@ real target and for the H200 testbed, from their figures.
   30 min warm-up bound, about 430 GB of weights read at `--disk-read-gbps` (2 GB/s here)
   with the container's default 256 GiB memory limit (the page cache cannot keep them),
   FlashInfer's MoE autotune without its cache file, over one night of 8 hours.
-- The H200 testbed of the GPU lab (lab/gpu/tune_scenario.py): two caps live, CUDA graphs
-  on/off, 5 s windows, 2 s settle, 30 s warm-up bound, dummy weights, the budget the device
-  run gave; the recorded run's wall time beside it (docs/performance-tune.md).
+- The H200 testbed of the GPU lab (lab/gpu/tune_scenario.py, the small-effect space): two
+  caps live, mem_fraction_static 0.50/0.55, 10 s windows (the precision curve's choice),
+  4 s settle, 40 s warm-up bound, dummy weights, a cold machine's start (READY 168 s under
+  serve, 2026-12-04), the 500 s budget the device run gave (docs/performance-tune.md).
 
     .venv/bin/python bench/tune_plan.py [--short]
 """
@@ -46,13 +47,14 @@ GLM5 = EstimateInputs(
 H200 = EstimateInputs(
     knobs=(
         KnobCount("tuning.max_running_requests", 2, restart=False),
-        KnobCount("tuning.cuda_graph", 2),
+        KnobCount("tuning.mem_fraction_static", 2),
     ),
-    budget_s=534,
-    window_s=5,
+    budget_s=500,
+    window_s=10,
     repeats=2,
-    settle_s=2,
-    warmup_max_s=30,
+    settle_s=4,
+    warmup_max_s=40,
+    measured_start_s=168,
 )
 
 

@@ -76,6 +76,8 @@ def register(subparsers):
         + ': JSON Lines, one request a line, e.g. {"input_len": 812, "output_len": 230}',
     )
     add_model_options(groups, SearchSettings)
+    # None when left out: a resume then gets what its run left of the budget it was given.
+    run.set_defaults(budget_s=None)
     groups[SEARCH].add_argument(
         "--space", help="search space file (default: glm5svc's, per target)"
     )
@@ -184,6 +186,7 @@ def _request(args):
         resume=Path(args.resume) if args.resume else None,
         take_over=args.take_over,
         disk_read_gbps=args.disk_read_gbps,
+        budget_given=args.budget_s is not None,
     )
 
 
@@ -298,26 +301,11 @@ def _print_plan(args, tune) -> int:
 
 def _print_result(summary: dict) -> None:
     from glm5svc.tune.outputs import confidence_label, trials_markdown
+    from glm5svc.tune.report import result_lines
 
     print(trials_markdown(summary["trials"], confidence_label(summary)))
-    best, gain = summary.get("best"), summary.get("gain")
-    if best:
-        print(
-            f"best: trial {best['trial']} ({best['setting']}): {best['throughput_mean']:,.0f} tok/s"
-        )
-    if gain:
-        print(
-            f"gain over the start: {gain['mean']:.2f}x ({confidence_label(summary)} interval "
-            f"{gain['low']:.2f}-{gain['high']:.2f})"
-        )
-    if summary.get("confirmation"):
-        print(f"confirmation: {summary['confirmation']}")
-    for line in summary.get("service") or []:
+    for line in result_lines(summary):
         print(line)
-    print(f"stopped: {summary.get('stopped_by')}")
-    print(f"run directory: {summary['run_dir']} (tuned.yaml, host_vars.yml, trials.md, plot.png)")
-    if summary.get("overlay"):
-        print(f"apply it: glm5svc tune apply {summary['run_dir']}")
 
 
 def run_apply(args) -> int:
@@ -336,7 +324,8 @@ def run_apply(args) -> int:
 
 
 def run_show(args) -> int:
-    from glm5svc.tune.outputs import read_summary, trials_markdown
+    from glm5svc.tune.outputs import confidence_label, read_summary, trials_markdown
+    from glm5svc.tune.report import result_lines
 
     paths.TUNED_RUN.check(args.run_dir)
     summary = read_summary(Path(args.run_dir))
@@ -345,7 +334,7 @@ def run_show(args) -> int:
         return 0
     if summary.get("running"):
         print(f"running: {len(summary['trials'])} trial(s) so far (no summary yet)")
-    print(trials_markdown(summary.get("trials") or []))
+    print(trials_markdown(summary.get("trials") or [], confidence_label(summary)))
     trials_of: dict[int, list[str]] = {}
     for row in summary.get("trials") or []:
         if isinstance(row, dict) and isinstance(row.get("start"), int):
@@ -354,5 +343,6 @@ def run_show(args) -> int:
         rows = ", ".join(trials_of.get(start["start"], [])) or "none"
         print(f"engine start {start['start']} (trial(s) {rows}): {start['text']}")
     if not summary.get("running"):
-        print(f"stopped: {summary.get('stopped_by')}")
+        for line in result_lines(summary):
+            print(line)
     return 0

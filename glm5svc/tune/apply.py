@@ -32,8 +32,9 @@ from glm5svc.errors import ConfigError, Glm5Error
 from glm5svc.facts import HostFacts
 from glm5svc.launch_plan import plan_for_service
 from glm5svc.sglang_flags import parse_extra_args
+from glm5svc.tune.confirmation import refusal
 from glm5svc.tune.guard import UNIT, unit_active
-from glm5svc.tune.outputs import SUMMARY_FILE, TUNED_FILE, read_summary
+from glm5svc.tune.outputs import STUDY_FILE, SUMMARY_FILE, TUNED_FILE, read_summary
 from glm5svc.tune.session import measured_on
 from glm5svc.tune.space import apply_candidate
 
@@ -227,22 +228,36 @@ def _check_measured_here(run_dir: Path, config, force: bool) -> list[str]:
 
 
 class NotConfirmed(ConfigError):
-    """The tune's best failed its confirming start: there is nothing to apply."""
+    """The tune's best is not confirmed by a fresh engine start: there is nothing to apply."""
 
 
 def refused_by_confirmation(run_dir: Path) -> None:
-    """Raises NotConfirmed when the run's summary says its confirming start failed."""
-    if not (run_dir / SUMMARY_FILE).exists():
-        return
-    summary = read_summary(run_dir)
-    if summary.get("confirmed") is False:
-        raise NotConfirmed(
-            f"{run_dir}: the best setting failed its confirming start "
-            f"({summary.get('confirmation') or 'no reason recorded'}), so the tune wrote no "
-            "overlay: its gain was not reproduced by a fresh engine start. Run the tune again "
-            "(`glm5svc tune run --resume` gives it more starts within a new --budget), or "
-            "keep the current settings"
-        )
+    """Raises NotConfirmed unless the run's summary says its best was confirmed (or that
+    nothing measured better than the start): what happened and what would confirm it."""
+    if not (run_dir / SUMMARY_FILE).exists() and (run_dir / STUDY_FILE).exists():
+        summary: dict[str, Any] = {}  # a tune that has not finished: refused below
+    else:
+        summary = read_summary(run_dir)
+    why = refusal(summary, str(run_dir))
+    if why is not None:
+        raise NotConfirmed(f"{run_dir}: {why}")
+
+
+def already_applied(path: Path, text: str, run_dir: Path) -> dict[str, Any]:
+    """The configuration holds every tuned value already: nothing is written, backed up or
+    restarted."""
+    first = text.split("\n", 1)[0]
+    by = " (by `tune apply` of this run)" if first.startswith(f"{HEADER_START} {run_dir}`") else ""
+    return {
+        "config": str(path),
+        "changed": {},
+        "already_applied": True,
+        "restarted": False,
+        "messages": [
+            f"already applied: {path} holds every setting of {run_dir}{by}; nothing written, "
+            "no backup made, glm5.service not restarted"
+        ],
+    }
 
 
 def apply_tune(
@@ -268,6 +283,8 @@ def apply_tune(
         raise ConfigError(f"{path}: the top level must be a mapping of sections")
     forced = _check_measured_here(Path(run_dir), config_from_mapping(original, str(path)), force)
     merged = apply_candidate(original, overlay_as_candidate(overlay))
+    if not changed_keys(original, merged):
+        return already_applied(path, text, run_dir)
     config = config_from_mapping(merged, f"{path} with {tuned}")
     try:
         plan_for_service(config)

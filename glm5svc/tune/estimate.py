@@ -10,7 +10,8 @@ A start is one engine start. At a start-to-start spread like the H200's (decisio
 prior), one start a side decides only effects of about 2x: the screen plans FUTILE_AFTER
 starts per value of a knob that needs a restart (one knob at a time from the start) and one
 more of the incumbent, after which a candidate with no gain in sight stops; the confirmation
-plans CONFIRMATION_STARTS fresh starts (the start and the overlay, each as written). The
+plans CONFIRMATION_STARTS fresh starts (the start and the overlay, each as written; one
+when only the live cap is searched, the start's cap measured beside the overlay). The
 values of a live knob share each start's load. One start costs
   its start (to READY) + the warm-up + rounds x live values x (window + settle) + its stop,
 where the first start measures `FIRST_START_ROUNDS` rounds (it decides the live values)
@@ -102,6 +103,7 @@ class Estimate:
     dropped: tuple[Dropped, ...] = ()
     warnings: tuple[str, ...] = ()
     kept: tuple[str, ...] = ()
+    confirmation_starts: int = CONFIRMATION_STARTS  # of `starts`
 
     @property
     def fits(self) -> bool:
@@ -149,11 +151,11 @@ class Estimate:
             )
         if self.fits:
             lines.append("plan: it fits the budget")
-        elif self.total_s - CONFIRMATION_STARTS * self.other_start_s <= self.budget_s:
-            confirmation = _clock(CONFIRMATION_STARTS * self.other_start_s)
+        elif self.total_s - self.confirmation_starts * self.other_start_s <= self.budget_s:
+            confirmation = _clock(self.confirmation_starts * self.other_start_s)
             lines.append(
-                f"plan: the screen fits the budget; its confirmation ({CONFIRMATION_STARTS} "
-                f"start(s), {confirmation}) does not: no change is written without one "
+                f"plan: the screen fits the budget; its confirmation ({self.confirmation_starts}"
+                f" start(s), {confirmation}) does not: no change is written without one "
                 "(raise --budget)"
             )
         else:
@@ -242,7 +244,7 @@ def estimate(inputs: EstimateInputs) -> Estimate:
 
     def cost(knobs: tuple[KnobCount, ...]) -> tuple[int, int, int, float, float, float]:
         starts, settings = first_pass(knobs)
-        starts += CONFIRMATION_STARTS if inputs.confirm else 0
+        starts += confirmation_starts(knobs)
         starts = max(0, starts - inputs.done_starts)
         settings = max(0, settings - inputs.done_settings)
         first_rounds = FIRST_START_ROUNDS if inputs.done_starts == 0 else inputs.repeats
@@ -259,6 +261,12 @@ def estimate(inputs: EstimateInputs) -> Estimate:
         )
         total = (first + (starts - 1) * other) if starts else 0.0
         return starts, settings, windows, total, first, other
+
+    def confirmation_starts(knobs: tuple[KnobCount, ...]) -> int:
+        """Only the cap searched: one confirming start measures the start's cap beside it."""
+        if not inputs.confirm:
+            return 0
+        return CONFIRMATION_STARTS if any(k.restart for k in knobs) else 1
 
     def screen_s(total: float, other: float) -> float:
         """The screen with its confirmation: no overlay is written unconfirmed, so knobs
@@ -288,6 +296,7 @@ def estimate(inputs: EstimateInputs) -> Estimate:
         dropped=tuple(dropped),
         warnings=tuple(warnings),
         kept=tuple(k.name for k in knobs),
+        confirmation_starts=confirmation_starts(knobs),
     )
 
 

@@ -19,6 +19,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from glm5svc.tune.report import STOPPED_BY_SIGNAL
 from glm5svc.tune.search import describe_candidate
 
 PROGRESS_EVERY_S = 30.0
@@ -75,6 +76,7 @@ class Progress:
         if data.get("run_dir") and self.log is None:
             self._open_log(Path(data["run_dir"]))
         if event == "plan":
+            self.run_dir = data.get("run_dir") or self.run_dir
             for line in data["lines"]:
                 self._say(line, echo=not self.live_table)
             if self.live is not None:
@@ -97,7 +99,10 @@ class Progress:
             }
             self._say(self._status_line())
         elif event == "trial-phase":
-            self.rows.setdefault(data["number"], {})["status"] = data["phase"]
+            # The executor numbers by engine start; the rows are trials (a start's live
+            # values are several): the phase is the running start's, its first row's.
+            number = self.current if self.current is not None else data["number"]
+            self.rows.setdefault(number, {})["status"] = data["phase"]
             self._say(self._status_line())
         elif event == "trial-run":
             by_value = data.get("by_value") or {"": data["samples"]}
@@ -111,10 +116,12 @@ class Progress:
             record = data["record"]
             self._record(record)
             self.current = None
-            self._say(f"trial {record.number} ended: {record.status}, {record.verdict}")
+            self._say(f"trial {record.number} ended: {_ended(record)}")
         elif event == "done":
             self.phase = f"done: {data.get('stopped_by')}"
             self._say(self.phase)
+            if str(data.get("stopped_by")).startswith(STOPPED_BY_SIGNAL) and self.run_dir:
+                self._say(f"stopped: resume it with glm5svc tune run --resume {self.run_dir}")
 
     def _tick(self) -> None:
         while not self._stop.wait(1.0):
@@ -202,6 +209,16 @@ class Progress:
         if self.search is not None:
             footer += "; " + self._eta()
         return Group(table, Text(footer))
+
+
+def _ended(record) -> str:
+    """How a trial ended: its status, and its verdict where that says more."""
+    if record.status == "interrupted":
+        why = record.outcome.get("failure")
+        cut = f"interrupted ({why})" if why else "interrupted"
+        return cut + ": its start was cut; a resume measures it again"
+    verdict = record.verdict
+    return record.status + (f", {verdict}" if verdict and verdict != record.status else "")
 
 
 def _clock(seconds: float) -> str:

@@ -16,6 +16,7 @@ import yaml
 from glm5svc.atomic_file import write_atomic
 from glm5svc.config_yaml import read_regular_bytes
 from glm5svc.errors import ConfigError, Glm5Error
+from glm5svc.tune.confirmation import headline, next_step
 from glm5svc.tune.evidence import TrialRecord, gain
 from glm5svc.tune.host_figures import read_start, start_dirs
 from glm5svc.tune.search import describe_candidate
@@ -220,14 +221,15 @@ def write_outputs(
     combo_key: Callable[[dict[str, Value]], str] | None = None,
 ) -> dict[str, Any]:
     """`same_start(a, b)`: the two settings ran in the same engine starts (only the live
-    knob differs), so the gain comes from paired windows. A best whose confirming start
-    failed (context `confirmed` False) writes no overlay."""
+    knob differs), so the gain comes from paired windows. Only a confirmed best (context
+    `confirmed` True) writes its overlay; otherwise tuned.yaml says why and holds none."""
     confidence = settings.confidence
     rows = [trial_row(r, start, confidence, r is best) for r in records]
     together = best is not None and same_start(best.candidate, start)
     ratio = gain(records, best, start, settings, together, *([combo_key] if combo_key else []))
-    refused = context.get("confirmed") is False
-    overlay = {} if refused else tuned_overlay(best, start)
+    changes = tuned_overlay(best, start)
+    confirmed = context.get("confirmed") is True
+    overlay = changes if confirmed else {}
     summary = {
         **context,
         "run_dir": str(run_dir),
@@ -235,6 +237,7 @@ def write_outputs(
         "starts": start_records(run_dir),
         "best": rows[best.number] if best is not None and best.number < len(rows) else None,
         "overlay": overlay,
+        "best_changes": changes,
         "gain": ratio,
         "files": {},
     }
@@ -243,18 +246,7 @@ def write_outputs(
     label = f"{confidence * 100:g} %"
     write_atomic(run_dir / "trials.md", trials_markdown(rows, label))
     files.update({"trials_csv": "trials.csv", "trials_md": "trials.md"})
-    header = (
-        f"# glm5svc tune {run_dir.name}: the settings that measured best against the start\n"
-        "# (trials.md has the evidence). Apply: glm5svc tune apply " + str(run_dir) + "\n"
-    )
-    if refused:
-        header += (
-            "# The best's confirming start did not confirm it: nothing to apply.\n"
-            f"# {context.get('confirmation')}\n"
-        )
-    elif not overlay:
-        header += "# No setting measured better than the start: nothing to change.\n"
-    write_atomic(run_dir / TUNED_FILE, header + (yaml.safe_dump(overlay) if overlay else "{}\n"))
+    write_atomic(run_dir / TUNED_FILE, tuned_text(run_dir, summary))
     host_vars = {HOST_VARS_KEY: overlay} if overlay else {}
     write_atomic(
         run_dir / HOST_VARS_FILE,
@@ -271,6 +263,31 @@ def write_outputs(
     write_atomic(run_dir / SUMMARY_FILE, json.dumps(summary, indent=2, default=str))
     files["summary"] = SUMMARY_FILE
     return summary
+
+
+def tuned_text(run_dir: Path, summary: dict[str, Any]) -> str:
+    """tuned.yaml: the overlay of a confirmed best under a header that says so; else an
+    empty overlay under a header that says why nothing is applied and what would confirm
+    the best."""
+    status = summary.get("confirmation")
+    lines = [f"glm5svc tune {run_dir.name} (trials.md has the evidence)."]
+    if summary.get("confirmed") is True:
+        lines.append(f"The settings that measured best against the start, {headline(status)}.")
+        lines.append(f"Apply: glm5svc tune apply {run_dir}")
+    else:
+        lines.append(f"Nothing to apply: {headline(status)}.")
+        detail = summary.get("confirmation_detail")
+        if detail and detail != headline(status):
+            lines.append(str(detail))
+        if summary.get("best_changes"):
+            best = summary.get("best") or {}
+            named = f"trial {best.get('trial')}: {best.get('setting')}"
+            lines.append(f"The best ({named}) would change:")
+            lines += ["  " + line for line in yaml.safe_dump(summary["best_changes"]).splitlines()]
+            step = next_step(status, summary.get("confirmation_command"))
+            lines.append(step[:1].upper() + step[1:])
+    body = yaml.safe_dump(summary["overlay"]) if summary["overlay"] else "{}\n"
+    return "".join(f"# {line}\n" for line in lines if line) + body
 
 
 def start_records(run_dir: Path) -> list[dict[str, Any]]:

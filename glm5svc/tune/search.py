@@ -64,6 +64,7 @@ KV_POOL_TOLERANCE = 0.01  # pools within 1 % are "equal"
 MAX_DUPLICATE_PROPOSALS = 5  # the sampler keeps proposing tried settings: the space is done
 NOT_COMPARABLE = "not comparable"
 CONFIRMED, NOT_CONFIRMED, CUT = "confirmed", "not confirmed", "cut"
+CONFIRMATION_ROUNDS = 2  # times --max-repeats: the rounds a confirming start may measure
 ANOTHER_START = "another start of the best"
 INFEASIBLE = "over the latency limits"
 DEFAULT_VOCAB = 32_000
@@ -160,17 +161,31 @@ class Search:
 
     def replay(self) -> int:
         """Records of an earlier run of this study; trials it left running count as
-        interrupted. Returns how many were found."""
+        interrupted. A screening start that was cut (interrupted, or left running) and not
+        measured since is measured again first (`again`); a cut confirmation is made
+        again by the confirmation itself. Returns how many records were found."""
+        cut: dict[str, dict[str, Value]] = {}  # combination: the candidate, to start again
         for frozen in self.study.get_trials(deepcopy=False):
+            marked = f"interrupted_{frozen.number}"
             if frozen.state == TrialState.RUNNING:
                 self.study.tell(frozen.number, state=TrialState.FAIL)
-                self.study.set_user_attr(f"interrupted_{frozen.number}", True)
+                self.study.set_user_attr(marked, True)
+            if self.study.user_attrs.get(marked):  # its params are the restart knobs
+                candidate = {**self.start, **frozen.params}
+                cut[self.combo_key(candidate)] = candidate
                 continue
             for data in saved_records(frozen.user_attrs):
                 record = TrialRecord.from_json(data)
                 self.records.append(record)
                 if record.became_best:
                     self.best = record
+                if record.start is None or record.confirming:
+                    continue
+                if record.status == "interrupted":
+                    cut.setdefault(self.combo_key(record.candidate), dict(record.candidate))
+                else:  # measured since: nothing to make up
+                    cut.pop(self.combo_key(record.candidate), None)
+        self.again += list(cut.values())
         decided = self.study.user_attrs.get("confirmation") or {}
         if self.best is not None and decided.get("best") == self.best.number:
             if decided.get("outcome") in (CONFIRMED, NOT_CONFIRMED):
@@ -305,6 +320,7 @@ class Search:
             return judge_paired(
                 [r[values[0]] for r in pairs], [r[values[1]] for r in pairs],
                 min_effect=self.settings.min_effect, confidence=self.settings.confidence,
+                looks=CONFIRMATION_ROUNDS * self.settings.max_repeats // PAIRS_PER_LOOK,
             )  # fmt: skip
 
         records = self._one_start(
@@ -349,16 +365,19 @@ class Search:
 
     def _confirmation_decider(self, verdict_of) -> Callable[[list[RunFigures]], str]:
         """A confirming start measures --min-repeats rounds, then (beside the start's cap)
-        more while its verdict is open, up to --max-repeats."""
+        more while its verdict is open, up to CONFIRMATION_ROUNDS x --max-repeats: the one
+        start left to decide what is written gets the windows a small effect needs."""
 
         def decide(runs: list[RunFigures]) -> str:
             rounds = max((r.round for r in runs), default=0) + 1
-            if self.should_stop() or rounds >= self.settings.max_repeats:
+            if verdict_of is None:  # a start of one value: --min-repeats rounds
+                return (
+                    STOP if self.should_stop() or rounds >= self.settings.min_repeats else CONTINUE
+                )
+            if self.should_stop() or rounds >= CONFIRMATION_ROUNDS * self.settings.max_repeats:
                 return STOP
             if rounds < self.settings.min_repeats:
                 return CONTINUE
-            if verdict_of is None:
-                return STOP
             return STOP if self._settled(verdict_of(runs)) else CONTINUE
 
         return decide
@@ -511,6 +530,9 @@ class Search:
         return self.combo_key(self.best.candidate) if self.best else None
 
     # ----- one engine start ------------------------------------------------------------
+
+    def _live_looks(self) -> int:
+        return max(1, self.settings.max_repeats // PAIRS_PER_LOOK)
 
     def _live_values(self) -> tuple[int, ...]:
         return tuple(int(v) for v in self.live.values) if self.live else ()  # type: ignore[arg-type]
@@ -674,6 +696,7 @@ class Search:
                 [mine[r] for r in rounds], [theirs[r] for r in rounds],
                 min_effect=self.settings.min_effect, confidence=self.settings.confidence,
                 comparisons=self.comparison_share(_key({**candidate, self.live.name: value})),
+                looks=self._live_looks(),
             )  # fmt: skip
             if verdict.kind == UNDECIDED:
                 return True
@@ -694,6 +717,7 @@ class Search:
             verdict = judge_paired(
                 mine, theirs, min_effect=self.settings.min_effect,
                 confidence=self.settings.confidence, comparisons=comparisons,
+                looks=self._live_looks() * MAX_STARTS,
             )  # fmt: skip
             return DONE, verdict
         return next_step(

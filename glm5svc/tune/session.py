@@ -30,6 +30,8 @@ from glm5svc.nvml import NvmlUnavailable
 from glm5svc.preflight.gpu import list_gpu_processes
 from glm5svc.profiles import load_profile
 from glm5svc.serve.phases import start_breakdown
+from glm5svc.tune.budget import BudgetLedger, Left, budget_left
+from glm5svc.tune.confirmation import of_run
 from glm5svc.tune.estimate import Estimate, estimate
 from glm5svc.tune.guard import TakeOver
 from glm5svc.tune.host_figures import START_FILE, STARTS_DIR, estimate_inputs
@@ -55,6 +57,7 @@ class TuneRequest:
     resume: Path | None = None
     take_over: bool = False
     disk_read_gbps: float | None = None  # None: measured with a short read
+    budget_given: bool = False  # --budget on the command line (a resume's replaces what is left)
 
 
 def read_mapping(path: Path) -> dict[str, Any]:
@@ -127,7 +130,9 @@ class Tune:
         should_stop: Callable[[], bool] = lambda: False,
     ):
         self.request = request
-        self.on_progress = on_progress
+        self._progress = on_progress
+        self.ledger: BudgetLedger | None = None
+        self.resumed_budget: Left | None = None
         self.should_stop = should_stop
         self.config_path = resolve_config_path(request.config_path)
         self.mapping = read_mapping(self.config_path)
@@ -163,7 +168,7 @@ class Tune:
             try:
                 self.space = space_from_dict(saved["space"])
                 workload = Workload.from_dict(saved["workload"])
-                settings = request.settings.resumed(saved["settings"])
+                settings = self._resumed_settings(saved["settings"])
             except (KeyError, TypeError, ValueError) as exc:
                 raise _study_error(
                     self.run_dir / STUDY_FILE, "space/workload/settings", _short(exc)
@@ -203,7 +208,7 @@ class Tune:
         if resumed is not None and settings is self.request.settings:
             try:
                 saved = json.loads((resumed / STUDY_FILE).read_text(encoding="utf-8"))
-                settings = settings.resumed(saved["settings"])
+                settings = self._resumed_settings(saved["settings"])
                 self.space = space_from_dict(saved["space"])
             except (OSError, ValueError, KeyError, TypeError):
                 pass
@@ -217,12 +222,36 @@ class Tune:
         )  # fmt: skip
         return estimate(inputs), notes
 
+    def _resumed_settings(self, saved: dict[str, Any]) -> SearchSettings:
+        """The saved study's settings, with this run's trial limits, and the budget given
+        with --resume, else what the last run left of its own (budget.json)."""
+        settings = self.request.settings.resumed(saved)
+        given = settings.budget_s if self.request.budget_given else None
+        self.resumed_budget = budget_left(
+            Path(self.request.resume), float(saved.get("budget_s") or settings.budget_s), given
+        )
+        return settings.model_copy(update={"budget_s": self.resumed_budget.budget_s})
+
+    def on_progress(self, event: str, data: dict[str, Any]) -> None:
+        """Every step of the run: the time spent recorded in the run directory, then shown."""
+        if self.ledger is not None:
+            self.ledger.record()
+        self._progress(event, data)
+
     def run(self) -> dict[str, Any]:
         started_at = now_utc()
         self.started = time.monotonic()
         workload, settings = self._prepare_run_dir()
+        spent_before = self.resumed_budget.spent_s if self.resumed_budget else 0.0
+        self.ledger = BudgetLedger(self.run_dir, settings.budget_s, self.started, spent_before)
         planned, notes = self.plan(settings)
-        lines = planned.lines() + [f"plan: {note}" for note in notes]
+        if self.resumed_budget is not None:
+            notes = [f"the budget of this resumed run: {self.resumed_budget.note}", *notes]
+        lines = [
+            f"run directory: {self.run_dir} (while it runs: glm5svc tune show {self.run_dir})",
+            *planned.lines(),
+            *[f"plan: {note}" for note in notes],
+        ]
         self.on_progress("plan", {"lines": lines, "run_dir": str(self.run_dir)})
         full_space = self.space
         if planned.dropped:
@@ -262,6 +291,7 @@ class Tune:
         finally:
             self.guard.restore()
             if search is not None:
+                confirmation = of_run(search, str(self.run_dir))
                 self.summary = write_outputs(
                     self.run_dir,
                     search.records,
@@ -278,13 +308,15 @@ class Tune:
                         "searched": [k.name for k in self.space.knobs],
                         "plan": planned.to_dict(),
                         "stopped_by": search.stopped_by,
-                        "confirmation": search.confirmation,
-                        "confirmed": search.confirmed,
+                        **confirmation.to_summary(),
+                        "confirmation_gain": search.confirmation_gain,
                         "timeline": {
                             "decided_s": round(search.picked_at - self.started, 1)
                             if search.picked_at
                             else None,
                             "wall_s": round(time.monotonic() - self.started, 1),
+                            "budget_s": settings.budget_s,
+                            "spent_before_s": spent_before,
                         },
                         "service": list(self.guard.log),
                         "telemetry": telemetry_status,
@@ -294,6 +326,7 @@ class Tune:
                     lambda a, b: search.combo_key(a) == search.combo_key(b),
                     search.combo_key,
                 )
+            self.ledger.record()
         return self.summary
 
     def _executor(self, workload: Workload, sampler, window_s: float | None, settle_s: float):

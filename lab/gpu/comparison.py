@@ -49,6 +49,11 @@ def _pick(summary: dict[str, Any], start: dict[str, Any]) -> dict[str, Any]:
     return setting
 
 
+def _confirmation(summary: dict[str, Any]) -> str:
+    """What the confirming start showed, in words (older summaries: `confirmation`)."""
+    return summary.get("confirmation_detail") or summary["confirmation"]
+
+
 def tune_row(folder: Path, confirm: Path | None) -> dict[str, Any]:
     results = json.loads((folder / "results.json").read_text())["tune"]
     summary = _tune_summary(folder)
@@ -61,7 +66,7 @@ def tune_row(folder: Path, confirm: Path | None) -> dict[str, Any]:
         "starts": len(_starts(summary)),
         "pick": _pick(summary, start),
         "confirmed": summary["confirmed"],
-        "confirmation": summary["confirmation"],
+        "confirmation": _confirmation(summary),
         "plan_s": summary["plan"]["total_s"],
         "max_cached_share": _cached_share(folder),
     }
@@ -72,7 +77,7 @@ def tune_row(folder: Path, confirm: Path | None) -> dict[str, Any]:
             starts=len(_starts(resumed)),
             pick=_pick(resumed, start),
             confirmed=resumed["confirmed"],
-            confirmation=resumed["confirmation"] + " (in a resumed run)",
+            confirmation=_confirmation(resumed) + " (in a resumed run)",
             max_cached_share=max(row["max_cached_share"], _cached_share(confirm)),
         )
     row["plan_error"] = round(row["wall_s"] / row["plan_s"] - 1, 3) if row["plan_s"] else None

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import tune_method, tune_recorded
+from bench import tune_recorded
 from bench.phases import run_phases
 from testkit.script_run import run_script
 
@@ -35,7 +35,6 @@ SHORT_RUN_TESTS = {
     "reliability.py": "test_reliability_short",
     "telemetry.py": "test_telemetry_short",
     "tune_fleet.py": "test_tune_fleet_short",
-    "tune_method.py": "test_tune_method_short",
     "tune_plan.py": "test_tune_plan_short",
     "tune_recorded.py": "test_tune_recorded_short",
     "tune_search.py": "test_tune_search_short",
@@ -126,32 +125,6 @@ def test_lab_cycles_short(tmp_path):
     assert row.split()[:4] == ["lab-up.log", "ok", "12s", "28s"] and "6m40s" in row
 
 
-def test_tune_method_short(tmp_path):
-    """The decision rule's error rates, simulated: a row per noise setting (the effect in
-    the live knob, or in a restart knob), then the landscape rows with the peer's rule."""
-    out = tmp_path / "method.json"
-    done = run([sys.executable, "bench/tune_method.py", "--short", "--out", str(out)], 120)
-    assert done.returncode == 0, done.stderr[-3000:]
-    rows = json.loads(out.read_text())
-    rates = [r for r in rows if "effect_in" in r]
-    assert [(*r["noise"].values(), r["effect_in"]) for r in rates] == [
-        tuple(setting) for setting in tune_method.SETTINGS
-    ]
-    for row in rates:
-        assert row["passes"] == 10
-        assert 0 <= row["false_promotion"] <= row["false_promotion_screen"] <= 1, row
-        assert 0 <= row["power"] <= 1 and row["mean_starts"] >= 1, row
-    landscapes = [r for r in rows if "landscape" in r]
-    assert [tuple(r["noise"].values()) for r in landscapes] == tune_method.LANDSCAPES
-    for row in landscapes:
-        assert row["passes"] == 10
-        shares = ("tune_worse", "peer_worse", "tune_better", "peer_better")
-        assert all(0 <= row[name] <= 1 for name in shares), row
-        assert row["tune_worse"] + row["tune_better"] <= 1
-    assert len(rows) == len(rates) + len(landscapes)
-    assert "false promotion" in done.stdout and "the peer's rule" in done.stdout
-
-
 def test_tune_plan_short():
     """The plan `tune run --plan` prints, for GLM-5 on the target and the H200 testbed."""
     done = run([sys.executable, "bench/tune_plan.py", "--short"], 60)
@@ -160,8 +133,10 @@ def test_tune_plan_short():
     assert glm5.startswith("== GLM-5-NVFP4, 8x RTX PRO 6000, one night")
     for section in (glm5, h200):
         assert "plan: a start is to READY" in section and "searched: " in section
-    assert "searched: tuning.max_running_requests, tuning.cuda_graph;" in h200
-    assert "it fits the budget" in h200
+    # The small-effect space on a cold H200 in 500 s: the restart knob's starts and the
+    # confirmation do not fit beside the cap (what the device run found: one start).
+    assert "searched: tuning.max_running_requests;" in h200
+    assert "tuning.mem_fraction_static" in h200.split("dropped")[1]
 
 
 def test_tune_search_short(tmp_path):

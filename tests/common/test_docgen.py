@@ -98,12 +98,20 @@ def test_option_defaults_said_in_the_tuning_guide_are_the_parsers():
     the parser has (the parser is the one source, docs/cli.md its generated reference)."""
     import re
 
+    from glm5svc.tune.settings import SearchSettings
+
     run = subparsers_of(build_parser())["tune run"]
+    fields = SearchSettings.model_fields
     defaults = {  # argparse converts a default given as text when it parses, as here
         flag: a.type(a.default) if a.type and isinstance(a.default, str) else a.default
         for a in run._actions  # noqa: SLF001
         for flag in a.option_strings
     }
+    for a in run._actions:  # noqa: SLF001
+        if a.default is None and a.dest in fields and fields[a.dest].default is not None:
+            # Left out, the parser says None (a resume keeps what its run left, --budget)
+            # and the settings' field gives the default.
+            defaults[a.option_strings[0]] = fields[a.dest].default
     text = (docgen.REPO / "docs" / "tuning.md").read_text()
     stated = re.findall(r"`(--[a-z0-9-]+)`,? \(?default ([0-9.]+)(?: ?([smh])\b)?", text)
     assert len(stated) >= 3, stated

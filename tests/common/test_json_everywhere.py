@@ -127,9 +127,16 @@ class Env:
         return ["provision", "--project", str(project), "--playbook", "play.yml", "-i",
                 str(project / "hosts.yml"), "--log-dir", str(self.tmp / "logs")]  # fmt: skip
 
-    def tune_copy(self) -> str:
-        target = self.tmp / "tune-run"
+    def tune_copy(self, older: bool = False) -> str:
+        """The recorded tune's run directory; its summary as today's glm5svc writes a
+        confirmed one (the recording's words are the detail), or as recorded (`older`)."""
+        target = self.tmp / ("tune-run-older" if older else "tune-run")
         shutil.copytree(TUNE_RUN, target)
+        if not older:
+            summary = json.loads((target / "summary.json").read_text())
+            summary.update(confirmed=True, confirmation="confirmed",
+                           confirmation_detail="confirmed by a fresh start")  # fmt: skip
+            (target / "summary.json").write_text(json.dumps(summary))
         return str(target)
 
     def close(self) -> None:
@@ -308,6 +315,19 @@ CASES: dict[tuple[str, ...], list[Case]] = {
                 "apply",
                 e.tune_copy(),
                 "--no-restart",
+            ],
+            78,
+        ),  # fmt: skip
+        Case(
+            "a tune recorded by an older glm5svc (no confirmation status)",
+            lambda e: [
+                "--config",
+                e.file("c.yaml", EXAMPLE.read_text()),
+                "tune",
+                "apply",
+                e.tune_copy(older=True),
+                "--no-restart",
+                "--force",
             ],
             78,
         ),  # fmt: skip

@@ -97,10 +97,16 @@ def first_hour(tmp_path: Path, out: str) -> None:
     run_dir = tmp_path / "tune"
     run_dir.mkdir()
     (run_dir / "tuned.yaml").write_text("tuning: {max_running_requests: 64}\n")
-    (run_dir / "summary.json").write_text("{}")  # measured nowhere known: --force
+    # Confirmed, measured nowhere known: --force.
+    (run_dir / "summary.json").write_text('{"confirmed": true, "confirmation": "confirmed"}')
     applied = glm5svc("tune", "apply", str(run_dir), "--no-restart", "--force")
     assert applied.returncode == 0, applied.stderr
     lines = config.read_text().splitlines()
     assert lines[0].startswith("# Tuned by") and "  max_running_requests: 64" in lines
     assert max(len(line) for line in lines[1:]) < 100  # one key a line, not one flow line
+    written = config.read_bytes()
+    again = glm5svc("tune", "apply", str(run_dir), "--no-restart", "--force")
+    assert again.returncode == 0 and "already applied" in again.stdout, again.stderr
+    assert config.read_bytes() == written
+    assert len(list(config.parent.glob(f"{config.name}.before-tune-*"))) == 1
     assert glm5svc("validate").returncode == 0

@@ -59,7 +59,7 @@ def test_any_overlay_is_applied_exactly_or_refused(overlay):
         run = folder / "run"
         run.mkdir()
         (run / "tuned.yaml").write_text(yaml.safe_dump(overlay))
-        (run / "summary.json").write_text("{}")
+        (run / "summary.json").write_text('{"confirmed": true, "confirmation": "confirmed"}')
         config = folder / "glm5.yaml"
         config.write_text(CONFIG)
         try:

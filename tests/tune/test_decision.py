@@ -12,6 +12,7 @@ from glm5svc.tune.decision import (
     BETTER,
     DONE,
     EQUIVALENT,
+    MAX_LOOKS,
     START_CANDIDATE,
     UNDECIDED,
     WORSE,
@@ -23,7 +24,6 @@ from glm5svc.tune.decision import (
     next_step,
     t_quantile,
 )
-from testkit.method_simulation import Noise, Rule, landscape, rates
 
 
 @pytest.mark.parametrize(
@@ -108,14 +108,15 @@ def test_a_clearly_worse_candidate_is_worse():
 
 def test_each_look_spends_less_so_that_the_same_gap_is_wider_later():
     """The confidence sequence: the same pairs read at look 2 give a wider interval than
-    a fixed-sample interval would at that size (6 / (pi^2 k^2) of alpha at look k)."""
+    a fixed-sample interval would at that size (1 / (k H_K) of alpha at look k of K)."""
     pairs = [110, 104, 112, 103], [100, 100, 100, 100]
     verdict = judge_paired(*pairs, min_effect=0.03)
     logs = [math.log(c / i) for c, i in zip(*pairs, strict=True)]
     mean = sum(logs) / 4
     se = math.sqrt(sum((x - mean) ** 2 for x in logs) / 3 / 4)
     fixed_low = math.expm1(mean - t_quantile(0.95, 3) * se)
-    spent_low = math.expm1(mean - t_quantile(1 - 0.05 * 6 / (math.pi**2 * 4), 3) * se)
+    harmonic = sum(1 / k for k in range(1, MAX_LOOKS + 1))
+    spent_low = math.expm1(mean - t_quantile(1 - 0.05 / (2 * harmonic), 3) * se)
     assert verdict.gain.low == pytest.approx(spent_low)
     assert verdict.gain.low < fixed_low
 
@@ -152,10 +153,16 @@ def test_next_step_looks_only_after_the_candidate_s_starts():
     assert "look 2" in verdict.why
 
 
-def test_a_two_fold_restart_effect_is_decided_on_one_start_each():
-    # The H200's CUDA graphs at cap 1024: 32.4k against 15.4k tok/s.
+def test_one_start_each_decides_three_fold_but_not_the_h200_s_two_fold():
+    """At the prior's 15 % start-to-start spread, the H200's CUDA graphs at cap 1024 (32.4k
+    against 15.4k tok/s) need another start; three-fold is decided on one start each."""
     history = [StartRecord("off", 0, 15_430, "off"), StartRecord("on", 1, 32_351, "on")]
     step, verdict = next_step(history, "on", "off", min_effect=0.03, confidence=0.95,
+                              comparisons=2)  # fmt: skip
+    assert (step, verdict.kind) == (START_CANDIDATE, UNDECIDED)
+    assert "the prior 15.0%" in verdict.why or "(the prior" in verdict.why
+    tripled = [StartRecord("off", 0, 15_430, "off"), StartRecord("on", 1, 46_290, "on")]
+    step, verdict = next_step(tripled, "on", "off", min_effect=0.03, confidence=0.95,
                               comparisons=2)  # fmt: skip
     assert (step, verdict.kind) == (DONE, BETTER)
 
@@ -188,39 +195,6 @@ def test_the_model_fits_any_history(pairs):
     assert math.isfinite(model.sigma) and model.sigma > 0
     for name in {p[0] for p in pairs}:
         assert math.isfinite(model.levels[name])
-
-
-RULE = Rule(max_rounds=16)  # the tune's defaults
-
-
-@pytest.mark.parametrize(
-    ("noise", "kind"),
-    [
-        (Noise(0.02, 0.03, 0.0005), "live"),
-        (Noise(0.03, 0.05, 0.001), "live"),
-        (Noise(0.03, 0.03, 0.001), "restart"),
-    ],
-)
-def test_false_promotions_stay_under_5_percent_with_drift_and_live_looks(noise, kind):
-    """Whole passes through the decision rule (looks after every block, the start model's
-    dof by starts, early stops, confirmation), with drift: a pass with no real gain writes
-    one in at most 5 % of passes, before its confirming start as well."""
-    figures = rates(noise, kind=kind, passes=150, seed=11, rule=RULE)
-    assert figures.false_promotion_screen <= 0.05
-    assert figures.false_promotion <= 0.05
-
-
-def test_a_live_ten_percent_is_found_at_the_testbed_s_window_noise():
-    figures = rates(Noise(0.02, 0.03, 0.0005), kind="live", passes=150, seed=5, rule=RULE)
-    assert figures.power >= 0.80
-
-
-def test_on_a_landscape_of_small_effects_the_peer_s_rule_ends_worse_than_its_start_more():
-    """One run per candidate, the highest kept (sglang.auto_benchmark's rule), against the
-    tune, on +-3-8 % effects and 5-12 % window noise."""
-    figures = landscape(Noise(0.03, 0.08, 0.0005), passes=150, seed=3, rule=RULE)
-    assert figures.tune_worse <= 0.05
-    assert figures.peer_worse > 2 * figures.tune_worse + 0.03
 
 
 def test_a_restart_candidate_without_a_gain_in_sight_stops_after_two_starts_a_side():

@@ -10,7 +10,7 @@ from lab.gpu.precision_figures import FIXTURE, figures, load, segments
 
 def test_the_recording_has_every_read_of_each_start_and_its_phases():
     starts = load(FIXTURE)
-    assert len(starts) >= 2
+    assert len(starts) >= 3
     for start in starts:
         times = [read["t"] for read in start["reads"]]
         assert times == sorted(times) and len(times) > 60
@@ -35,9 +35,9 @@ def test_the_prior_is_no_narrower_than_the_starts_the_h200_showed():
 
 def test_non_streamed_ttft_in_sglang_s_histogram_is_the_whole_request():
     """The histogram's TTFT median is many times the streaming probes' at cap 1024, while its
-    inter-token latency agrees with theirs within 5 %."""
+    inter-token latency is close to theirs (1-14 % apart over the recorded phases)."""
     rows = [r for r in figures(FIXTURE)["latency"] if r["cap"] == 1024]
     assert rows
     for row in rows:
         assert row["histogram_ttft_p50_ms"] > 10 * row["streamed_ttft_p50_ms"]
-        assert abs(row["histogram_itl_p50_ms"] / row["streamed_itl_p50_ms"] - 1) < 0.05
+        assert abs(row["histogram_itl_p50_ms"] / row["streamed_itl_p50_ms"] - 1) < 0.15

@@ -95,8 +95,11 @@ def test_tune_finds_the_engines_optimum_and_records_a_crash(tmp_path, bench_pyth
     assert trials[3]["verdict"] == "the confirmation: the overlay as written"
     assert trials[3]["setting"] == "max_running_requests=64", trials[3]
     assert trials[4]["verdict"] == "the confirmation: the start's cap beside the overlay"
-    assert summary["confirmed"] is True, summary["confirmation"]
-    assert summary["confirmation"].startswith("confirmed by a fresh test of the overlay as written")
+    assert summary["confirmed"] is True, summary["confirmation_detail"]
+    assert summary["confirmation"] == "confirmed"
+    assert summary["confirmation_detail"].startswith(
+        "confirmed by a fresh test of the overlay as written"
+    )
     started = yaml.safe_load((run_dir / "starts" / "002" / "config.yaml").read_text())
     assert started["tuning"]["max_running_requests"] == 64
     timeline = summary["timeline"]
@@ -151,17 +154,19 @@ def test_a_best_that_failed_its_confirming_start_writes_no_overlay_and_apply_ref
         record(3, 64, 1, [100.0, 103.0, 98.0, 101.0], verdict="the confirming start"),
     ]
     why = (
-        "not confirmed: with its fresh start the best's gain over the start is no longer above zero"
+        "its gain was not reproduced by a fresh engine start: not confirmed: with its fresh "
+        "start the best's gain over the start is no longer above zero"
     )
+    verdict = {"confirmed": False, "confirmation": "failed", "confirmation_detail": why}
     summary = write_outputs(
         run_dir, records, records[1], start,
-        {"confirmed": False, "confirmation": why, "stopped_by": "every proposal measured"},
+        {**verdict, "stopped_by": "every proposal measured"},
         SearchSettings(),
         lambda a, b: True,  # only the live cap differs: every setting ran in every start
     )  # fmt: skip
     assert summary["overlay"] == {} and summary["confirmed"] is False
     tuned = (run_dir / "tuned.yaml").read_text()
-    assert "did not confirm it: nothing to apply" in tuned and why in tuned
+    assert "Nothing to apply: the confirmation failed" in tuned and why in tuned
     assert yaml.safe_load(tuned) == {}
     assert yaml.safe_load((run_dir / "host_vars.yml").read_text()) == {}
 
@@ -169,7 +174,7 @@ def test_a_best_that_failed_its_confirming_start_writes_no_overlay_and_apply_ref
     assert refused.returncode == 78, refused.stdout + refused.stderr
     answer = json.loads(refused.stdout)
     assert answer["ok"] is False
-    assert "failed its confirming start" in answer["error"] and why in answer["error"]
+    assert "the confirmation failed: " + why in answer["error"]
     assert config.read_bytes() == before
     assert not list(tmp_path.glob("glm5.yaml.*"))  # no backup: nothing was written
 

@@ -33,11 +33,15 @@ tuning:
 """
 
 
+CONFIRMED = json.dumps({"confirmed": True, "confirmation": "confirmed"})
+
+
 def run_dir(tmp_path: Path, overlay: str) -> Path:
     folder = tmp_path / "run"
     folder.mkdir(exist_ok=True)
     (folder / "tuned.yaml").write_text(overlay)
-    (folder / "summary.json").write_text("{}")  # measured nowhere known: applied with force
+    # Confirmed, measured nowhere known: applied with force.
+    (folder / "summary.json").write_text(CONFIRMED)
     return folder
 
 
@@ -184,25 +188,81 @@ def test_apply_writes_a_json_style_configuration_as_block_yaml_one_key_a_line():
     assert "server:" in lines and "    - engine.py" in lines  # block style, unquoted
 
 
-def test_apply_refuses_a_best_that_failed_its_confirming_start(tmp_path, capsys):
-    """The tune wrote no overlay (its tuned.yaml is `{}`): apply says why, even with
-    --force, and writes nothing."""
+RESUME = "glm5svc tune run --resume {run} --budget 3m"
+
+
+@pytest.mark.parametrize(
+    ("summary", "said"),
+    [
+        ({"confirmed": False, "confirmation": "failed",
+          "confirmation_detail": "its gain was not reproduced by a fresh engine start: -2 %"},
+         ["the confirmation failed: its gain was not reproduced", "-2 %", "Keep the current"]),
+        ({"confirmed": False, "confirmation": "cut", "confirmation_detail": "stopped by a signal",
+          "confirmation_command": RESUME},
+         ["the confirmation was interrupted: stopped by a signal", f"To confirm it: `{RESUME}`"]),
+        ({"confirmed": False, "confirmation": "not-run",
+          "confirmation_detail": "no confirming start was made: the time budget is spent",
+          "confirmation_command": RESUME},
+         ["the confirmation never ran: no confirming start was made: the time budget is spent",
+          f"To confirm it: `{RESUME}`"]),
+        # Older run directories: a status words only, or none at all; the resume's budget
+        # from the starts' measured wall time (four of 100 s, and the stop: 7 minutes).
+        ({"confirmed": True, "confirmation": "confirmed by a fresh start (start 2)",
+          "trials": [{"trial": 0, "start": 0, "setting": "(the start)", "status": "measured",
+                      "runs": 4, "verdict": "the start", "best": False, "diagnosis": "",
+                      "wall_s": 100.0}]},
+         ["records no confirmation", "--budget 7m"]),
+        ({}, ["records no confirmation", "--budget 1h"]),
+    ],
+)  # fmt: skip
+def test_apply_refuses_a_best_not_confirmed_saying_what_happened(tmp_path, capsys, summary, said):
+    """Whatever tuned.yaml holds (an older run wrote the change), apply says what happened
+    and what would confirm it, even with --force, and writes nothing (exit 78)."""
     config = tmp_path / "glm5.yaml"
     config.write_text(CONFIG)
-    folder = run_dir(tmp_path, "{}\n")
-    why = "the confirming start failed: failed"
-    (folder / "summary.json").write_text(
-        json.dumps({"trials": [], "confirmed": False, "confirmation": why})
-    )
+    folder = run_dir(tmp_path, "tuning: {max_running_requests: 64}\n")
+    (folder / "summary.json").write_text(json.dumps(summary).replace("{run}", str(folder)))
     for force in ([], ["--force"]):
         status = main(["--config", str(config), "tune", "apply", str(folder), "--no-restart",
                        "--json", *force])  # fmt: skip
         document = json.loads(capsys.readouterr().out)
         assert status == EXIT_CONFIG and document["ok"] is False
-        assert "failed its confirming start" in document["error"] and why in document["error"]
+        for words in said:
+            assert words.replace("{run}", str(folder)) in document["error"], document["error"]
+        assert "nothing is applied" in document["error"]
     assert config.read_text() == CONFIG and sorted(p.name for p in tmp_path.iterdir()) == [
         "glm5.yaml", "run"
     ]  # fmt: skip
+
+
+def test_apply_refuses_a_tune_that_has_not_finished(tmp_path):
+    folder = run_dir(tmp_path, "tuning: {max_running_requests: 64}\n")
+    (folder / "summary.json").unlink()
+    (folder / "tune.json").write_text("{}")
+    config = tmp_path / "glm5.yaml"
+    config.write_text(CONFIG)
+    with pytest.raises(ConfigError, match="has not finished"):
+        apply_tune(folder, str(config), restart=False, force=True)
+    assert config.read_text() == CONFIG
+
+
+def test_applying_an_applied_run_again_says_so_and_changes_nothing(tmp_path, capsys):
+    config = tmp_path / "glm5.yaml"
+    config.write_text(CONFIG)
+    folder = run_dir(tmp_path, "tuning: {max_running_requests: 64}\n")
+    first = apply_tune(folder, str(config), restart=False, force=True)
+    assert first["changed"] == {"tuning": {"max_running_requests": 64}}
+    applied = config.read_bytes()
+    backups = sorted(tmp_path.glob("glm5.yaml.before-tune-*"))
+    assert len(backups) == 1
+    status = main(["--config", str(config), "tune", "apply", str(folder), "--force"])
+    said = capsys.readouterr().out
+    assert status == 0 and "already applied" in said and "by `tune apply` of this run" in said
+    assert config.read_bytes() == applied
+    assert sorted(tmp_path.glob("glm5.yaml.before-tune-*")) == backups  # no second backup
+    again = apply_tune(folder, str(config), restart=True, force=True)
+    assert again["already_applied"] is True and again["restarted"] is False
+    assert again["changed"] == {} and "backup" not in again
 
 
 @pytest.mark.timeout(60)  # sqlite opening the FIFO would block until then

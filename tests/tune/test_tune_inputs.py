@@ -13,6 +13,7 @@ from glm5svc.cli import UsageError, build_parser
 from glm5svc.commands.tune import _request
 from glm5svc.config import Config
 from glm5svc.errors import ConfigError
+from glm5svc.tune.settings import SearchSettings
 from glm5svc.tune.space import apply_candidate, load_space, start_value
 from glm5svc.tune.stats import BETTER, CONFIDENCE_LEVELS, UNDECIDED, WORSE, compare, mean_interval
 
@@ -97,7 +98,9 @@ def test_the_run_options_are_refused_or_make_a_request(tmp_path_factory, given_o
 
 def test_the_run_defaults_are_the_documented_ones():
     args = parse_run([])
-    assert (args.budget_s, args.trial_timeout_s) == (4 * 3600, 3600)
+    # --budget left out: 4 h (a resume: what its run left of the budget it was given).
+    assert args.budget_s is None and SearchSettings().budget_s == 4 * 3600
+    assert args.trial_timeout_s == 3600
     # Rounds of the live values per engine start: the decider looks after every two.
     assert (args.min_repeats, args.max_repeats, args.confidence) == (2, 16, 0.95)
     assert (args.settle_s, args.length_ratio, args.window_s) == (4, 0.5, None)
@@ -187,7 +190,9 @@ def test_the_run_options_are_the_settings_models_fields():
                 continue
             assert actions[name].option_strings == [option.flag]
             assert field.description.replace("%", "%%") in actions[name].help
-            if option.config is None:
+            if name == "budget_s":  # left out: None, so a resume knows it was not given
+                assert getattr(args, name) is None and "(default: 4h)" in actions[name].help
+            elif option.config is None:
                 assert getattr(args, name) == field.default, name
     settings = SearchSettings.model_validate({})
     assert (settings.min_effect, settings.window_s) == (0.03, None)  # None: benchmark.window_s

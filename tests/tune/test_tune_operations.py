@@ -159,11 +159,16 @@ def test_caches_make_the_second_start_faster_and_a_redirected_tune_says_so(
     assert plan_head in done.stderr
     head_adds_up(done.stderr)
     assert "trial 0 (" in done.stderr and "trial 1 ended: measured" in done.stderr
+    # The run directory before the first start, and the phase of the window measured.
+    said = f"run directory: {run_dir} (while it runs: glm5svc tune show {run_dir})"
+    assert said in done.stderr and done.stderr.index(said) < done.stderr.index(plan_head)
+    assert re.search(r"trial 0 \(.*\): window 2 \(", done.stderr), done.stderr[-3000:]
     log = (run_dir / "tune.log").read_text()
     assert plan_head in log and "trial 1 ended: measured" in log
 
     shown = glm5svc(config, "tune", "show", str(run_dir))
     assert shown.returncode == 0 and "engine start 1 (trial(s) 1): " in shown.stdout
+    assert "stopped: --max-trials 2 reached" in shown.stdout  # the run's own head lines
     (run_dir / "summary.json").unlink()  # as while it runs: the trials so far
     running = glm5svc(config, "tune", "show", str(run_dir), "--json")
     assert running.returncode == 0, running.stderr
@@ -237,7 +242,9 @@ def test_apply_refuses_a_tune_measured_elsewhere_unless_forced(tmp_path):
     (run_dir / "tuned.yaml").write_text(yaml.safe_dump({"tuning": {"max_running_requests": 64}}))
     elsewhere = {"gpu_count": 1, "gpu_name": "cpu test engine", "model_path": "/m",
                  "model_architecture": "Qwen3Moe", "sglang_version": "0.5.11"}  # fmt: skip
-    (run_dir / "summary.json").write_text(json.dumps({"facts": {"identity": elsewhere}}))
+    (run_dir / "summary.json").write_text(json.dumps(
+        {"facts": {"identity": elsewhere}, "confirmed": True, "confirmation": "confirmed"}
+    ))  # fmt: skip
     refused = glm5svc(config, "tune", "apply", str(run_dir), "--no-restart", "--json")
     assert refused.returncode == 78, refused.stderr
     error = json.loads(refused.stdout)
