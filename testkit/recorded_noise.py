@@ -72,18 +72,26 @@ class Series:
 
 
 def series_of_start(data: dict, start: int, settle_s: float) -> list[Series]:
-    """A start's measured phases as series; the first `settle_s` of a phase whose cap
-    differs from the phase before is left out, as the tune leaves it out."""
+    """A start's measured phases as series: consecutive phases at one cap are one series
+    (the engine ran on through them); the first `settle_s` after a cap change is left out,
+    as the tune leaves it out, and so is the warm-up (phase 0)."""
     reads, phases = data["reads"], {p["index"]: p for p in data["phases"]}
-    by_phase: dict[int, list[tuple[float, float, float]]] = {}
+    segment_of: dict[int, int] = {}  # phase: the first phase of its run at one cap
+    for index in sorted(phases):
+        previous = phases.get(index - 1)
+        same = previous is not None and index - 1 != 0 and previous["cap"] == phases[index]["cap"]
+        segment_of[index] = segment_of[index - 1] if same else index
+    by_segment: dict[int, list[tuple[float, float, float]]] = {}
     for before, after in zip(reads, reads[1:], strict=False):
         phase = after["phase"]
-        if phase == 0 or before["phase"] != phase or phase not in phases:
-            continue  # the warm-up, an interval across a cap change, a phase never logged
-        began = phases[phase]["began"]
-        previous = phases.get(phase - 1)
-        if previous is not None and previous["cap"] != phases[phase]["cap"]:
-            if before["t"] < began + settle_s:
+        if phase == 0 or phase not in phases or before["phase"] not in phases:
+            continue  # the warm-up, or a phase never logged
+        segment = segment_of[phase]
+        if segment_of[before["phase"]] != segment:
+            continue  # across a cap change
+        previous = phases.get(segment - 1)
+        if previous is not None and previous["cap"] != phases[segment]["cap"]:
+            if before["t"] < phases[segment]["began"] + settle_s:
                 continue
         seconds = after["t"] - before["t"]
         output = after["decode"] - before["decode"]
@@ -93,11 +101,11 @@ def series_of_start(data: dict, start: int, settle_s: float) -> list[Series]:
                 f"start {start}: the reads at t={before['t']} and t={after['t']} go backwards "
                 "(a counter reset or reads out of order): record that start again"
             )
-        by_phase.setdefault(phase, []).append((output, total, seconds))
+        by_segment.setdefault(segment, []).append((output, total, seconds))
     found = []
-    for phase, rows in sorted(by_phase.items()):
+    for segment, rows in sorted(by_segment.items()):
         output, total, seconds = (tuple(column) for column in zip(*rows, strict=True))
-        found.append(Series(start, phases[phase]["cap"], output, total, seconds))
+        found.append(Series(start, phases[segment]["cap"], output, total, seconds))
     return found
 
 

@@ -31,6 +31,14 @@ def test_the_warm_up_the_settle_and_the_cap_change_are_left_out():
     assert all(total == 110.0 for total in series[0].total)  # prefill + output tokens
 
 
+def test_phases_at_one_cap_in_a_row_are_one_series():
+    data = synthetic_reads([(1024, 5), (1024, 6), (64, 8), (64, 5), (1024, 6)], rates=[100.0])
+    series = series_of_start(data, 1, settle_s=3.0)
+    # 1024 after the warm-up: 5 intervals; 64: 7 + 4 + the one between its two phases, less
+    # the 3 s after the change; 1024 again: 5, less 3.
+    assert [(s.cap, len(s.seconds)) for s in series] == [(1024, 5), (64, 9), (1024, 2)]
+
+
 def test_a_counter_that_goes_back_is_refused_by_start():
     data = synthetic_reads([(1024, 3), (1024, 4)], rates=[100.0])
     data["reads"][-1]["decode"] = 0.0
