@@ -11,6 +11,7 @@ import random
 import pytest
 
 from glm5svc.tune.apply import NotConfirmed, refused_by_confirmation
+from glm5svc.tune.confirmation import of_run
 from glm5svc.tune.outputs import TUNED_FILE, write_outputs
 from glm5svc.tune.search import Search
 from glm5svc.tune.settings import SearchSettings
@@ -59,8 +60,7 @@ def tune(tmp_path, recording, **options):
     search.run()
     summary = write_outputs(
         run_dir, search.records, search.best, START,
-        {"confirmed": search.confirmed, "confirmation": search.confirmation,
-         "stopped_by": search.stopped_by},
+        {"stopped_by": search.stopped_by, **of_run(search, str(run_dir)).to_summary()},
         settings, lambda a, b: search.combo_key(a) == search.combo_key(b), search.combo_key,
     )  # fmt: skip
     return search, engine, summary, run_dir
