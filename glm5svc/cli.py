@@ -10,6 +10,7 @@ from glm5svc import __version__
 from glm5svc.cli_options import config_path
 from glm5svc.completion import SHELLS, script
 from glm5svc.errors import Glm5Error
+from glm5svc.exit_codes import epilog
 from glm5svc.json_output import emit_error, schema_name
 
 EXIT_USAGE = 2
@@ -23,6 +24,7 @@ COMMAND_MODULES = [
     "patch",
     "preflight",
     "provision",
+    "rules",
     "serve",
     "status",
     "telemetry",
@@ -75,6 +77,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     if not only:  # completion needs the whole parser
         completion = subparsers.add_parser(
             "completion",
+            epilog=epilog("completion"),
             help="print the shell completion script, generated from this parser "
             '(bash: eval "$(glm5svc completion bash)"; zsh likewise, after compinit)',
         )

@@ -560,6 +560,110 @@ class MultinodeSection(Section):
         return self
 
 
+# The bucket bounds of sglang 0.5.11's histograms (srt/observability/metrics_collector.py, as
+# its /metrics serves them: tests/fixtures/real_engine/*/metrics-under-load.txt). A latency
+# objective's threshold is one of them: the rules count the requests in that bucket.
+SGLANG_BUCKETS = {
+    "time_to_first_token_seconds": (
+        0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0, 10.0, 20.0, 40.0, 60.0, 80.0, 100.0,
+        200.0, 400.0,
+    ),
+    "inter_token_latency_seconds": (
+        0.002, 0.004, 0.006, 0.008, 0.01, 0.015, 0.02, 0.025, 0.03, 0.035, 0.04, 0.06, 0.08,
+        0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0,
+    ),
+    "queue_time_seconds": (
+        0.0, 0.1, 0.2, 0.5, 1.0, 2.0, 3.0, 4.0, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0,
+        70.0, 80.0, 90.0, 100.0, 200.0, 300.0, 400.0, 500.0, 600.0, 700.0, 800.0, 900.0,
+        1000.0, 1200.0, 1400.0, 1600.0, 1800.0, 2000.0, 2500.0, 3000.0,
+    ),
+}  # fmt: skip
+# A share of good events: 0.5 (half) up to 0.99999 (five nines); 1 would leave no budget.
+ObjectiveRatio = Annotated[Number, Field(ge=0.5, le=0.99999)]
+
+
+class LatencyObjective(Section):
+    """A latency objective: `target` of the events take at most `threshold_s`."""
+
+    threshold_s: Number
+    """The bound in seconds: one of the bucket bounds of sglang's histogram (the rules count
+    the events in that bucket)."""
+    target: ObjectiveRatio
+    """The share of events that must be within threshold_s, e.g. 0.99."""
+
+
+class ErrorObjective(Section):
+    """An availability objective over the engine's generation endpoints."""
+
+    target: ObjectiveRatio = 0.999
+    """The share of responses that must not be a 5xx, e.g. 0.999 (a budget of 0.1 %)."""
+
+
+def _latency(threshold_s: float, target: float):
+    return Field(default_factory=lambda: LatencyObjective(threshold_s=threshold_s, target=target))
+
+
+class MonitoringSection(Section):
+    """What the Prometheus rules page on (`glm5svc rules` renders them; the monitoring role
+    too, from its glm5_monitoring_objectives): the longest start that is not a failure, and
+    the service-level objectives whose error budgets the burn-rate alerts watch, per replica,
+    over 30 days (docs/observability.md)."""
+
+    start_budget_s: Annotated[Number, Field(ge=60, le=MAX_SECONDS)] = 900.0
+    """Seconds a replica may be not ready while it starts (or starts again after a crash)
+    before GLM5StartTooLong pages. A cold start of GLM-5 on its target is planned at 6-7
+    minutes; the default leaves twice that and a margin."""
+    ttft: LatencyObjective = _latency(20.0, 0.99)
+    """Time to first token (sglang:time_to_first_token_seconds); thresholds: 0.1, 0.2, 0.4,
+    0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400."""
+    itl: LatencyObjective = _latency(0.2, 0.99)
+    """Inter-token latency (sglang:inter_token_latency_seconds); thresholds: 0.002, 0.004,
+    0.006, 0.008, 0.01, 0.015, 0.02, 0.025, 0.03, 0.035, 0.04, 0.06, 0.08, 0.1, 0.2, 0.4, 0.6,
+    0.8, 1, 2, 4, 6, 8."""
+    queue_time: LatencyObjective = _latency(30.0, 0.99)
+    """Time a request waits before its prefill (sglang:queue_time_seconds); thresholds: 0,
+    0.1, 0.2, 0.5, 1, 2, 3, 4, 5, 10, 15, 20, 30, 40, ... 100, 200, ... 1000, 1200, ... 2000,
+    2500, 3000."""
+    errors: ErrorObjective = Field(default_factory=ErrorObjective)
+    """5xx answers of the generation endpoints (sglang:http_responses_total)."""
+    runbook_url: str = "docs/observability.md"
+    """Where your copy of docs/observability.md is served (e.g.
+    https://git.example.org/glm5svc/blob/main/docs/observability.md): each alert's
+    runbook_url is this and #<the alert's name in lower case>, its section there."""
+
+    @field_validator("runbook_url")
+    @classmethod
+    def _no_fragment(cls, value: str) -> str:
+        if "#" in value or not value.strip() or any(c.isspace() for c in value):
+            raise ValueError(
+                f"{value!r}: give the page's address without spaces and without '#' (each "
+                "alert adds its own #section)"
+            )
+        return value
+
+    @field_validator("ttft", "itl", "queue_time")
+    @classmethod
+    def _threshold_is_a_bucket(cls, value: LatencyObjective, info) -> LatencyObjective:
+        family = OBJECTIVE_HISTOGRAMS[info.field_name]
+        buckets = SGLANG_BUCKETS[family]
+        if float(value.threshold_s) not in buckets:
+            nearest = min(buckets, key=lambda b: abs(b - value.threshold_s))
+            raise ValueError(
+                f"threshold_s {value.threshold_s:g} is not a bucket bound of sglang:{family} "
+                f"(the rules can only count whole buckets); use {nearest:g}, or one of "
+                f"{', '.join(f'{b:g}' for b in buckets)}"
+            )
+        return value
+
+
+# The latency objectives and the sglang histogram each reads.
+OBJECTIVE_HISTOGRAMS = {
+    "ttft": "time_to_first_token_seconds",
+    "itl": "inter_token_latency_seconds",
+    "queue_time": "queue_time_seconds",
+}
+
+
 class Config(Section):
     model: ModelSection = Field(default_factory=ModelSection)
     server: ServerSection = Field(default_factory=ServerSection)
@@ -570,6 +674,7 @@ class Config(Section):
     benchmark: BenchmarkSection = Field(default_factory=BenchmarkSection)
     fleet: FleetSection = Field(default_factory=FleetSection)
     multinode: MultinodeSection = Field(default_factory=MultinodeSection)
+    monitoring: MonitoringSection = Field(default_factory=MonitoringSection)
 
     @model_validator(mode="after")
     def _ports_differ(self) -> Config:

@@ -29,7 +29,10 @@ from glm5svc.atomic_file import write_atomic
 from glm5svc.cli import COMMAND_MODULES, PARSER_COMMANDS, build_parser
 from glm5svc.cli_options import Number, config_number, subparsers_of
 from glm5svc.config import Config, example_config_path
+from glm5svc.exit_codes import EXIT_CODES, codes_of
 from glm5svc.metrics_catalog import table as metrics_table
+from glm5svc.monitoring_rules import SHIPPED as SHIPPED_RULES
+from glm5svc.monitoring_rules import render_text as rules_text
 
 REPO = Path(__file__).resolve().parent.parent
 WIDTH = 92
@@ -173,8 +176,16 @@ def cli_reference() -> str:
     commands = subparsers_of(parser)
     order = [*COMMAND_MODULES, *PARSER_COMMANDS]
     for name in sorted(commands, key=lambda n: (order.index(n.split()[0]), n)):
-        lines += ["", f"## glm5svc {name}", *_parser_doc(commands[name])]
+        lines += ["", f"## glm5svc {name}", *_parser_doc(commands[name]), *_exit_doc(name)]
     return "\n".join(lines) + "\n"
+
+
+def _exit_doc(command: str) -> list[str]:
+    """The command's exit statuses (glm5svc/exit_codes.py; a sub-command without its own
+    table has its command's)."""
+    name = command if command in EXIT_CODES else command.split()[0]
+    rows = [f"| {code} | {what} |" for code, what in codes_of(name)]
+    return ["", "| exit status | meaning |", "|---|---|", *rows]
 
 
 def _parser_doc(parser: argparse.ArgumentParser) -> list[str]:
@@ -300,6 +311,7 @@ def generated_files() -> dict[Path, str]:
         REPO / "docs" / "cli.md": cli_reference(),
         REPO / "docs" / "metrics.md": metrics_reference(),
         REPO / "docs" / "reliability.md": reliability_doc(),
+        SHIPPED_RULES: rules_text(Config().monitoring),
     }
 
 

@@ -48,6 +48,7 @@ APT_PACKAGES=(
   lxc systemd-container mmdebstrap zstd                    # real Debian targets for Molecule
   gnupg apt-utils dpkg-dev                                 # the signed stand-in apt repository
   prometheus                                               # promtool and a real Prometheus (tests/monitoring)
+  prometheus-alertmanager                                  # amtool and a real Alertmanager (tests/monitoring)
 )
 
 missing=()

@@ -1,12 +1,17 @@
 """The Grafana dashboard for glm5svc, as code (Grafana's Python SDK, grafana-foundation-sdk).
 
+Longer than 400 lines: the panels are data, one PanelSpec each, in the order Grafana shows
+them; split, a row's panels would be spread over files.
+
     python -m testkit.dashboard          # write glm5svc/data/monitoring/glm5svc-dashboard.json
     python -m testkit.dashboard --check  # exit 1 when the committed JSON differs
 
 The SDK is a development dependency (the `test` extra): the committed JSON is what an
-operator imports, and it needs nothing. Queries read the rules' recorded series where one
-exists (glm5svc/data/monitoring/glm5svc-rules.yml), so the dashboard and the alerts agree;
-`instance` is the replica's host name in both scrape jobs (docs/observability.md).
+operator imports, and it needs nothing. Rates use Grafana's `$__rate_interval` (at least four
+scrapes, whatever the scrape interval and zoom); gauges without a rate read the rules'
+recorded series where one exists (glm5svc/data/monitoring/glm5svc-rules.yml), so the
+dashboard and the alerts agree. Every legend names the instance: `instance` is the
+replica's host name in both scrape jobs (docs/observability.md).
 tests/monitoring and testkit/dashboard_render.py ask Prometheus the committed JSON's queries.
 """
 
@@ -19,16 +24,43 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grafana_foundation_sdk.builders import common as common_builders
-from grafana_foundation_sdk.builders import dashboard, prometheus, stat, statetimeline, timeseries
+from grafana_foundation_sdk.builders import (
+    dashboard,
+    heatmap,
+    prometheus,
+    stat,
+    statetimeline,
+    timeseries,
+)
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import common
 from grafana_foundation_sdk.models import dashboard as model
+from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
 REPO = Path(__file__).resolve().parents[1]
 OUTPUT = REPO / "glm5svc" / "data" / "monitoring" / "glm5svc-dashboard.json"
 DATASOURCE = model.DataSourceRef(type_val="prometheus", uid="${datasource}")
 SEL = 'instance=~"$instance"'
 SEL_GPU = 'instance=~"$instance",gpu=~"$gpu"'
+RATE = "[$__rate_interval]"
+# What users send (sglang's HTTP metrics): not health checks or /metrics.
+ANSWERS = f'sglang:http_responses_total{{{SEL},endpoint=~"/generate|/v1/.+"}}'
+ERRORS = ANSWERS.replace("}", ',status_code=~"5.."}')
+
+
+def rate(series: str, by: str = "instance") -> str:
+    return f"sum by ({by}) (rate({series}{RATE}))"
+
+
+def percentiles(family: str) -> tuple[Query, ...]:
+    """p50, p95 and p99 of an sglang histogram, per instance."""
+    return tuple(
+        Query(
+            f"histogram_quantile({q}, {rate(f'sglang:{family}_bucket{{{SEL}}}', 'instance, le')})",
+            f"{{{{instance}}}} p{round(float(q) * 100)}",
+        )
+        for q in ("0.5", "0.95", "0.99")
+    )
 
 
 @dataclass(frozen=True)
@@ -39,7 +71,7 @@ class Query:
 
 @dataclass(frozen=True)
 class PanelSpec:
-    kind: str  # "stat", "timeseries" or "states"
+    kind: str  # "stat", "timeseries", "states" or "heatmap"
     title: str
     description: str
     unit: str
@@ -56,7 +88,12 @@ ROWS: tuple[tuple[str, tuple[PanelSpec, ...]], ...] = (
                 "Phase",
                 "glm5svc's phase (glm5svc_phase == 1).",
                 "none",
-                (Query(f"max by (instance, phase) (glm5svc_phase{{{SEL}}}) == 1", "{{phase}}"),),
+                (
+                    Query(
+                        f"max by (instance, phase) (glm5svc_phase{{{SEL}}}) == 1",
+                        "{{instance}} {{phase}}",
+                    ),
+                ),
                 width=6,
             ),
             PanelSpec(
@@ -116,36 +153,36 @@ ROWS: tuple[tuple[str, tuple[PanelSpec, ...]], ...] = (
             PanelSpec(
                 "timeseries",
                 "Tokens/s",
-                "Generated and prompt tokens per second (1 m rate).",
+                "Generated and prompt tokens per second.",
                 "none",
                 (
-                    Query(
-                        f"instance:sglang_generation_tokens:rate1m{{{SEL}}}", "{{instance}} output"
-                    ),
-                    Query(f"instance:sglang_prompt_tokens:rate1m{{{SEL}}}", "{{instance}} prompt"),
+                    Query(rate(f"sglang:generation_tokens_total{{{SEL}}}"), "{{instance}} output"),
+                    Query(rate(f"sglang:prompt_tokens_total{{{SEL}}}"), "{{instance}} prompt"),
                 ),
             ),
             PanelSpec(
                 "timeseries",
                 "Time to first token",
-                "Percentiles from sglang's histogram (1 m rate).",
+                "Percentiles from sglang's histogram.",
                 "s",
-                (
-                    Query(
-                        f"instance:sglang_time_to_first_token_seconds:quantile_rate1m{{{SEL}}}",
-                        "{{instance}} p{{quantile}}",
-                    ),
-                ),
+                percentiles("time_to_first_token_seconds"),
             ),
             PanelSpec(
                 "timeseries",
                 "Inter-token latency",
-                "Percentiles from sglang's histogram (1 m rate).",
+                "Percentiles from sglang's histogram.",
+                "s",
+                percentiles("inter_token_latency_seconds"),
+            ),
+            PanelSpec(
+                "heatmap",
+                "Time to first token (heatmap)",
+                "Requests per second in each of sglang's TTFT buckets, the selected instances"
+                " together.",
                 "s",
                 (
                     Query(
-                        f"instance:sglang_inter_token_latency_seconds:quantile_rate1m{{{SEL}}}",
-                        "{{instance}} p{{quantile}}",
+                        rate(f"sglang:time_to_first_token_seconds_bucket{{{SEL}}}", "le"), "{{le}}"
                     ),
                 ),
             ),
@@ -187,6 +224,60 @@ ROWS: tuple[tuple[str, tuple[PanelSpec, ...]], ...] = (
         ),
     ),
     (
+        "Requests",
+        (
+            PanelSpec(
+                "timeseries",
+                "Requests/s by status",
+                "Answers of the generation endpoints (/generate, /v1/...) per second, by HTTP"
+                " status (sglang's HTTP metrics).",
+                "reqps",
+                (Query(rate(ANSWERS, "instance, status_code"), "{{instance}} {{status_code}}"),),
+            ),
+            PanelSpec(
+                "timeseries",
+                "Error rate (5xx)",
+                "The share of the generation endpoints' answers that are 5xx (monitoring.errors"
+                " is its objective).",
+                "percentunit",
+                (
+                    Query(
+                        f"({rate(ERRORS)} or 0 * {rate(ANSWERS)}) / {rate(ANSWERS)}",
+                        "{{instance}}",
+                    ),
+                ),
+            ),
+            PanelSpec(
+                "timeseries",
+                "End-to-end latency",
+                "Percentiles of a request's time from arrival to its last token.",
+                "s",
+                percentiles("e2e_request_latency_seconds"),
+            ),
+            PanelSpec(
+                "timeseries",
+                "Queue time",
+                "Percentiles of the time a request waits before its prefill.",
+                "s",
+                percentiles("queue_time_seconds"),
+            ),
+            PanelSpec(
+                "timeseries",
+                "Objectives: share of bad events (1 h)",
+                "Per objective of monitoring: (the rules' instance:glm5svc_slo_errors:"
+                "ratio_rate1h); an objective's budget is 1 - its target.",
+                "percentunit",
+                (
+                    Query(
+                        f"instance:glm5svc_slo_errors:ratio_rate1h{{{SEL}}}",
+                        "{{instance}} {{slo}}",
+                    ),
+                ),
+                width=16,
+            ),
+        ),
+    ),
+    (
         "GPUs",
         (
             PanelSpec(
@@ -194,7 +285,12 @@ ROWS: tuple[tuple[str, tuple[PanelSpec, ...]], ...] = (
                 "Power against the limit",
                 "Board power over the enforced power limit, per GPU.",
                 "percentunit",
-                (Query(f"gpu:glm5svc_gpu_power_share_of_limit:ratio{{{SEL_GPU}}}", "GPU {{gpu}}"),),
+                (
+                    Query(
+                        f"gpu:glm5svc_gpu_power_share_of_limit:ratio{{{SEL_GPU}}}",
+                        "{{instance}} GPU {{gpu}}",
+                    ),
+                ),
             ),
             PanelSpec(
                 "timeseries",
@@ -202,8 +298,11 @@ ROWS: tuple[tuple[str, tuple[PanelSpec, ...]], ...] = (
                 "Board power and the enforced limit, per GPU.",
                 "watt",
                 (
-                    Query(f"glm5svc_gpu_power_watts{{{SEL_GPU}}}", "GPU {{gpu}}"),
-                    Query(f"glm5svc_gpu_power_limit_watts{{{SEL_GPU}}}", "GPU {{gpu}} limit"),
+                    Query(f"glm5svc_gpu_power_watts{{{SEL_GPU}}}", "{{instance}} GPU {{gpu}}"),
+                    Query(
+                        f"glm5svc_gpu_power_limit_watts{{{SEL_GPU}}}",
+                        "{{instance}} GPU {{gpu}} limit",
+                    ),
                 ),
             ),
             PanelSpec(
@@ -212,8 +311,13 @@ ROWS: tuple[tuple[str, tuple[PanelSpec, ...]], ...] = (
                 "SM and memory clocks, per GPU.",
                 "hertz",
                 (
-                    Query(f"glm5svc_gpu_sm_clock_hertz{{{SEL_GPU}}}", "GPU {{gpu}} SM"),
-                    Query(f"glm5svc_gpu_memory_clock_hertz{{{SEL_GPU}}}", "GPU {{gpu}} memory"),
+                    Query(
+                        f"glm5svc_gpu_sm_clock_hertz{{{SEL_GPU}}}", "{{instance}} GPU {{gpu}} SM"
+                    ),
+                    Query(
+                        f"glm5svc_gpu_memory_clock_hertz{{{SEL_GPU}}}",
+                        "{{instance}} GPU {{gpu}} memory",
+                    ),
                 ),
             ),
             PanelSpec(
@@ -221,18 +325,25 @@ ROWS: tuple[tuple[str, tuple[PanelSpec, ...]], ...] = (
                 "Clock limiting reasons",
                 "1 while NVML names this reason for clocks below their maximum.",
                 "none",
-                (Query(f"glm5svc_gpu_clock_event_active{{{SEL_GPU}}}", "GPU {{gpu}} {{reason}}"),),
+                (
+                    Query(
+                        f"glm5svc_gpu_clock_event_active{{{SEL_GPU}}}",
+                        "{{instance}} GPU {{gpu}} {{reason}}",
+                    ),
+                ),
                 width=12,
             ),
             PanelSpec(
                 "timeseries",
                 "PCIe",
-                "Bytes per second each way, per GPU (1 m rate).",
+                "Bytes per second each way, per GPU.",
                 "Bps",
                 (
                     Query(
-                        f"gpu:glm5svc_gpu_pcie_bytes:rate1m{{{SEL_GPU}}}",
-                        "GPU {{gpu}} {{direction}}",
+                        rate(
+                            f"glm5svc_gpu_pcie_bytes_total{{{SEL_GPU}}}", "instance, gpu, direction"
+                        ),
+                        "{{instance}} GPU {{gpu}} {{direction}}",
                     ),
                 ),
                 width=12,
@@ -243,8 +354,14 @@ ROWS: tuple[tuple[str, tuple[PanelSpec, ...]], ...] = (
                 "Device memory in use and in total, per GPU.",
                 "bytes",
                 (
-                    Query(f"glm5svc_gpu_memory_used_bytes{{{SEL_GPU}}}", "GPU {{gpu}} used"),
-                    Query(f"glm5svc_gpu_memory_total_bytes{{{SEL_GPU}}}", "GPU {{gpu}} total"),
+                    Query(
+                        f"glm5svc_gpu_memory_used_bytes{{{SEL_GPU}}}",
+                        "{{instance}} GPU {{gpu}} used",
+                    ),
+                    Query(
+                        f"glm5svc_gpu_memory_total_bytes{{{SEL_GPU}}}",
+                        "{{instance}} GPU {{gpu}} total",
+                    ),
                 ),
             ),
             PanelSpec(
@@ -252,14 +369,18 @@ ROWS: tuple[tuple[str, tuple[PanelSpec, ...]], ...] = (
                 "Utilisation",
                 "Time a kernel was running, per GPU.",
                 "percentunit",
-                (Query(f"glm5svc_gpu_utilization_ratio{{{SEL_GPU}}}", "GPU {{gpu}}"),),
+                (Query(f"glm5svc_gpu_utilization_ratio{{{SEL_GPU}}}", "{{instance}} GPU {{gpu}}"),),
             ),
             PanelSpec(
                 "timeseries",
                 "Temperature",
                 "GPU core temperature.",
                 "celsius",
-                (Query(f"glm5svc_gpu_temperature_celsius{{{SEL_GPU}}}", "GPU {{gpu}}"),),
+                (
+                    Query(
+                        f"glm5svc_gpu_temperature_celsius{{{SEL_GPU}}}", "{{instance}} GPU {{gpu}}"
+                    ),
+                ),
             ),
         ),
     ),
@@ -275,10 +396,13 @@ MAPPINGS = {"Ready": [model.ValueMap(options=READY)]}
 
 
 def _targets(spec: PanelSpec) -> list[prometheus.Dataquery]:
-    return [
-        prometheus.Dataquery().expr(query.expr).legend_format(query.legend).ref_id(chr(65 + n))
-        for n, query in enumerate(spec.queries)
-    ]
+    found = []
+    for n, query in enumerate(spec.queries):
+        target = prometheus.Dataquery().expr(query.expr).legend_format(query.legend)
+        if spec.kind == "heatmap":
+            target = target.format(PromQueryFormat.HEATMAP)
+        found.append(target.ref_id(chr(65 + n)))
+    return found
 
 
 def _panel(spec: PanelSpec, panel_id: int):
@@ -295,6 +419,8 @@ def _panel(spec: PanelSpec, panel_id: int):
         )
     elif spec.kind == "states":
         panel = statetimeline.Panel().show_value(common.VisibilityMode.NEVER)
+    elif spec.kind == "heatmap":
+        panel = heatmap.Panel().calculate(False)
     else:
         panel = timeseries.Panel()
     panel = (

@@ -81,7 +81,10 @@ def draw(prometheus: Prometheus, start: float, end: float, out: Path) -> None:
         axis.set_title(panel["title"], fontsize=10)
         axis.tick_params(labelsize=7)
         for target in panel["targets"]:
-            expr = target["expr"].replace("$instance", ".*").replace("$gpu", ".*")
+            expr = (
+                target["expr"].replace("$instance", ".*").replace("$gpu", ".*")
+                .replace("$__rate_interval", "1m")
+            )  # fmt: skip
             if panel["type"] == "stat":  # the value at the end, as Grafana's "last"
                 words = {}
                 for mapping in panel["fieldConfig"]["defaults"].get("mappings", []):

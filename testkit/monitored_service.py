@@ -28,10 +28,14 @@ BENCH_LEVEL = 4
 
 
 def write_config(
-    folder: Path, bench_python: str | None = None, tokenizer: str | None = None
+    folder: Path,
+    bench_python: str | None = None,
+    tokenizer: str | None = None,
+    load_s: float = 0.2,
 ) -> Path:
     """The service's configuration; with bench_python and tokenizer, a post-start benchmark
-    of one short level, judged against a baseline file written beside it."""
+    of one short level, judged against a baseline file written beside it. load_s: the test
+    engine's weight loading (a longer cold start)."""
     benchmark: dict = {"post_start": {"enabled": False}}
     if bench_python and tokenizer:
         baseline = folder / "baseline.json"
@@ -57,7 +61,7 @@ def write_config(
         "server": {
             "host": "127.0.0.1",
             "port": free_port(),
-            "command": [sys.executable, str(TEST_ENGINE), "--test-mode", "load=0.2"],
+            "command": [sys.executable, str(TEST_ENGINE), "--test-mode", f"load={load_s}"],
         },
         "model": {"tokenizer_path": tokenizer},
         "service": {

@@ -4,9 +4,10 @@ For tests/monitoring and testkit/dashboard_render.py: a private config, data dir
 port (never the packaged daemon's 9090 or /var/lib/prometheus), short scrape and rule
 intervals, and the scrape jobs docs/observability.md gives an operator (`scrape_jobs`).
 
-    python -m testkit.prometheus targets URL [--wait S]   # scripts/lab up --monitoring
+    python -m testkit.prometheus targets URL [--wait S] [--alertmanagers N]   # scripts/lab
 
-prints a running Prometheus' targets and exits 1 unless every one is up within S seconds.
+prints a running Prometheus' targets and exits 1 unless every one is up within S seconds (and
+it sends its alerts to N Alertmanagers).
 """
 
 from __future__ import annotations
@@ -42,12 +43,15 @@ INSTANCE_RELABEL = {
 
 
 def binary(name: str) -> str:
-    """The path of `prometheus` or `promtool`, or an error naming the package to install."""
+    """The path of `prometheus`, `promtool`, `prometheus-alertmanager` or `amtool`, or an
+    error naming the Debian package to install."""
     found = shutil.which(name) or shutil.which(name, path="/usr/bin:/usr/sbin")
     if found is None:
+        alertmanager = name in ("amtool", "prometheus-alertmanager")
+        package = "prometheus-alertmanager" if alertmanager else "prometheus"
         raise RuntimeError(
-            f"{name} not found: install Debian's prometheus package "
-            "(`apt-get install prometheus`; scripts/setup-dev.sh does as root)"
+            f"{name} not found: install Debian's {package} package "
+            f"(`apt-get install {package}`; scripts/setup-dev.sh does as root)"
         )
     return found
 
@@ -65,6 +69,27 @@ def scrape_jobs(listeners: list[str], engines: list[str]) -> list[dict]:
     ]
 
 
+def start_ready(argv: list[str], log_path: Path, url: str) -> subprocess.Popen:
+    """Start a Prometheus-style daemon (its output to `log_path`) and wait until `url`
+    answers /-/ready; its exit first is an error with the log's end."""
+    with open(log_path, "wb") as log:  # the child keeps its own descriptor
+        proc = subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )  # fmt: skip
+
+    def ready() -> bool:
+        if proc.poll() is not None:
+            text = log_path.read_text(errors="replace")[-2000:]
+            raise RuntimeError(f"{Path(argv[0]).name} exited with {proc.returncode}: {text}")
+        try:
+            return fetch_bytes(url + "/-/ready", timeout_s=2)[0] == 200
+        except FetchError:
+            return False
+
+    wait_for(ready, 30, f"{Path(argv[0]).name} to answer /-/ready")
+    return proc
+
+
 def wait_for(condition: Callable[[], Any], timeout_s: float, what: str, poll_s: float = 0.2):
     """Poll `condition` until it returns something true; that value, or AssertionError."""
     deadline = time.monotonic() + scaled(timeout_s)
@@ -80,50 +105,46 @@ def wait_for(condition: Callable[[], Any], timeout_s: float, what: str, poll_s: 
 class Prometheus:
     """`prometheus` with its own config, rules, data directory and loopback port."""
 
-    def __init__(self, workdir: Path, jobs: list[dict], rule_files: list[Path], interval_s=1):
+    def __init__(
+        self,
+        workdir: Path,
+        jobs: list[dict],
+        rule_files: list[Path],
+        interval_s=1,
+        alertmanagers: tuple[str, ...] = (),
+    ):
         self.workdir = workdir
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.config = workdir / "prometheus.yml"
         interval = f"{interval_s}s"
-        self.config.write_text(
-            yaml.safe_dump(
-                {
-                    "global": {"scrape_interval": interval, "evaluation_interval": interval},
-                    "rule_files": [str(path) for path in rule_files],
-                    "scrape_configs": jobs,
-                },
-                sort_keys=False,
-            )
-        )
+        config = {
+            "global": {"scrape_interval": interval, "evaluation_interval": interval},
+            "rule_files": [str(path) for path in rule_files],
+            "scrape_configs": jobs,
+        }
+        if alertmanagers:  # host:port of each, as the monitoring role writes it
+            targets = [{"targets": list(alertmanagers)}]
+            config["alerting"] = {"alertmanagers": [{"static_configs": targets}]}
+        self.config.write_text(yaml.safe_dump(config, sort_keys=False))
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> Prometheus:
-        log = open(self.workdir / "prometheus.log", "wb")  # noqa: SIM115 - the child's
-        self.proc = subprocess.Popen(
+        self.proc = start_ready(
             [
                 binary("prometheus"),
                 f"--config.file={self.config}",
                 f"--storage.tsdb.path={self.workdir / 'data'}",
                 f"--web.listen-address=127.0.0.1:{self.port}",
+                # Firing alerts again every second, not every minute: one sent before the
+                # Alertmanager was discovered is dropped, and the next must not be far.
+                "--rules.alert.resend-delay=1s",
                 "--log.level=warn",
             ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
+            self.workdir / "prometheus.log",
+            self.url,
         )
-        log.close()
-        wait_for(self._ready, 30, "Prometheus to answer /-/ready")
         return self
-
-    def _ready(self) -> bool:
-        if self.proc.poll() is not None:
-            log = (self.workdir / "prometheus.log").read_text(errors="replace")
-            raise RuntimeError(f"prometheus exited with {self.proc.returncode}: {log[-2000:]}")
-        try:
-            return fetch_bytes(self.url + "/-/ready", timeout_s=2)[0] == 200
-        except FetchError:
-            return False
 
     def api(self, path: str, **params) -> Any:
         query = f"?{urllib.parse.urlencode(params)}" if params else ""
@@ -165,18 +186,41 @@ def targets_at(url: str) -> list[dict]:
     return json.loads(body)["data"]["activeTargets"]
 
 
+def alertmanagers_at(url: str) -> list[str]:
+    """The Alertmanagers the Prometheus at `url` sends alerts to, [] while it does not answer."""
+    try:
+        body = fetch_bytes(f"{url}/api/v1/alertmanagers", timeout_s=5)[1]
+    except FetchError:
+        return []
+    return [am["url"] for am in json.loads(body)["data"]["activeAlertmanagers"]]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m testkit.prometheus")
     parser.add_argument("what", choices=["targets"])
     parser.add_argument("url", help="the Prometheus, e.g. http://127.0.0.1:9230")
     parser.add_argument("--wait", type=float, default=60.0, help="seconds to wait for all up")
+    parser.add_argument(
+        "--alertmanagers", type=int, default=0, help="how many Alertmanagers it must reach"
+    )
     args = parser.parse_args(argv)
     deadline = time.monotonic() + args.wait
     while True:
         targets = targets_at(args.url)
-        if (targets and all(t["health"] == "up" for t in targets)) or time.monotonic() > deadline:
+        reached = alertmanagers_at(args.url)
+        if (
+            targets
+            and all(t["health"] == "up" for t in targets)
+            and len(reached) >= args.alertmanagers
+        ) or time.monotonic() > deadline:
             break
         time.sleep(1)
+    for url in reached:
+        print(f"alertmanager {url}")
+    if len(reached) < args.alertmanagers:
+        print(f"{args.url}: reaches {len(reached)} Alertmanagers, not {args.alertmanagers}",
+              file=sys.stderr)  # fmt: skip
+        return 1
     for target in targets:
         job, instance = target["labels"].get("job", "?"), target["labels"].get("instance", "?")
         error = target.get("lastError", "")

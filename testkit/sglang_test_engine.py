@@ -351,6 +351,12 @@ METRICS = {
         "Number of cached prompt tokens by source (device/host/storage).",
         "tokenizer",
     ),
+    "http_requests_total": (
+        "counter", "Total number of HTTP requests by endpoint and method", "http",
+    ),
+    "http_responses_total": (
+        "counter", "Total number of HTTP responses by endpoint and status code", "http",
+    ),
     "realtime_tokens_total": (
         "counter",
         "Total number of tokens processed (updated on each log interval). "
@@ -402,30 +408,45 @@ def render_metrics(engine: Engine, model_name: str) -> str:
         samples["num_requests_total"] = [({}, engine.requests_total)]
     if engine.cached_tokens_total:
         samples["cached_tokens_total"] = [({"cache_source": "device"}, engine.cached_tokens_total)]
+    samples["http_requests_total"] = [
+        ({"endpoint": endpoint, "method": method}, count)
+        for (endpoint, method), count in engine.http_requests.items()
+    ]
+    samples["http_responses_total"] = [
+        ({"endpoint": endpoint, "method": method, "status_code": code}, count)
+        for (endpoint, method, code), count in engine.http_responses.items()
+    ]
     lines = []
     for name, (kind, help_text, side) in METRICS.items():
         if not samples.get(name):
             continue
         lines += [f"# HELP sglang:{name} {help_text}", f"# TYPE sglang:{name} {kind}"]
         for extra, value in samples[name]:
-            labels = {**(scheduler if side == "scheduler" else tokenizer), **extra}
+            labels = {"scheduler": scheduler, "tokenizer": tokenizer, "http": {}}[side] | extra
             text = ",".join(f'{key}="{labels[key]}"' for key in sorted(labels))
             lines.append(f"sglang:{name}{{{text}}} {float(value)}")
-    for name, histogram in HISTOGRAMS.items():
+    for name, (histogram, side) in HISTOGRAMS.items():
         if not getattr(engine, histogram).count:
             continue
         lines += [f"# HELP sglang:{name} {HISTOGRAM_HELP[name]}", f"# TYPE sglang:{name} histogram"]
         for suffix, extra, value in getattr(engine, histogram).samples():
-            labels = {**tokenizer, **extra}
+            labels = {**(scheduler if side == "scheduler" else tokenizer), **extra}
             text = ",".join(f'{key}="{labels[key]}"' for key in sorted(labels))
             lines.append(f"sglang:{name}{suffix}{{{text}}} {float(value)}")
     return "\n".join(lines) + "\n"
 
 
-HISTOGRAMS = {"time_to_first_token_seconds": "ttft", "inter_token_latency_seconds": "itl"}
+HISTOGRAMS = {
+    "time_to_first_token_seconds": ("ttft", "tokenizer"),
+    "inter_token_latency_seconds": ("itl", "tokenizer"),
+    "e2e_request_latency_seconds": ("e2e", "tokenizer"),
+    "queue_time_seconds": ("queue_time", "scheduler"),
+}
 HISTOGRAM_HELP = {
     "time_to_first_token_seconds": "Histogram of time to first token in seconds.",
     "inter_token_latency_seconds": "Histogram of inter-token latency in seconds.",
+    "e2e_request_latency_seconds": "Histogram of End-to-end request latency in seconds",
+    "queue_time_seconds": "Histogram of queueing time in seconds.",
 }
 
 
@@ -535,6 +556,12 @@ class Histogram:
 # sglang 0.5.11's buckets (observability/metrics_collector.py, as its /metrics shows them).
 TTFT_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0, 10.0, 20.0, 40.0, 60.0,
                 80.0, 100.0, 200.0, 400.0)  # fmt: skip
+E2E_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0, 10.0, 20.0, 40.0, 60.0,
+               80.0, 100.0, 200.0, 400.0, 600.0, 1200.0, 1800.0, 2400.0)  # fmt: skip
+QUEUE_BUCKETS = (0.0, 0.1, 0.2, 0.5, 1.0, 2.0, 3.0, 4.0, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0,
+                 50.0, 60.0, 70.0, 80.0, 90.0, 100.0, 200.0, 300.0, 400.0, 500.0, 600.0,
+                 700.0, 800.0, 900.0, 1000.0, 1200.0, 1400.0, 1600.0, 1800.0, 2000.0, 2500.0,
+                 3000.0)  # fmt: skip
 ITL_BUCKETS = (0.002, 0.004, 0.006, 0.008, 0.01, 0.015, 0.02, 0.025, 0.03, 0.035, 0.04,
                0.06, 0.08, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0)  # fmt: skip
 
@@ -642,6 +669,12 @@ class Engine:
         self.realtime_tokens: dict[str, int] = {}  # by mode, in the order first counted
         self.ttft = Histogram(TTFT_BUCKETS)  # seconds from arrival to the first token
         self.itl = Histogram(ITL_BUCKETS)  # seconds between a request's tokens
+        self.e2e = Histogram(E2E_BUCKETS)  # seconds from arrival to the last token
+        self.queue_time = Histogram(QUEUE_BUCKETS)  # seconds waiting before admission
+        # sglang's HTTP metrics (http_requests_total, http_responses_total) per
+        # (endpoint, method) and (endpoint, method, status code), in the order first counted.
+        self.http_requests: dict[tuple[str, str], int] = {}
+        self.http_responses: dict[tuple[str, str, str], int] = {}
         self.frozen = False
         self.wake = asyncio.Event()
         self.last_gen_throughput = 0.0
@@ -734,6 +767,7 @@ class Engine:
     def count_finished(self, request: Request) -> None:
         """sglang's observe_one_finished_request (the tokenizer's counters)."""
         if request.counted:
+            self.e2e.observe(time.perf_counter() - request.started)
             self.prompt_tokens_total += request.prompt_tokens
             self.generation_tokens_total += request.generated
             self.cached_tokens_total += request.cached_tokens
@@ -795,6 +829,8 @@ class Engine:
             if budget and budget > 0 and new and prefill + extend > budget:
                 break
             request.cached_tokens = cached
+            if request.counted:
+                self.queue_time.observe(time.perf_counter() - request.started)
             new.append(request)
             prefill += extend
             self.kv_used += request.kv_tokens
@@ -1171,9 +1207,30 @@ class Server:
                 return web.json_response({"error": "Unauthorized"}, status=401)
         return await handler(request)
 
+    @web.middleware
+    async def http_metrics_middleware(self, request, handler):
+        """sglang's HTTP metrics (--enable-metrics): each request and its answer's status
+        per route; a failure counts as a 500."""
+        route = (request.path, request.method)
+        counts = self.engine.http_requests
+        counts[route] = counts.get(route, 0) + 1
+        status = 500
+        try:
+            response = await handler(request)
+            status = response.status
+            return response
+        except web.HTTPException as exc:
+            status = exc.status
+            raise
+        finally:
+            answered = self.engine.http_responses
+            key = (*route, str(status))
+            answered[key] = answered.get(key, 0) + 1
+
     def app(self) -> web.Application:
         app = web.Application(
-            client_max_size=64 * 1024 * 1024, middlewares=[self.api_key_middleware]
+            client_max_size=64 * 1024 * 1024,
+            middlewares=[self.http_metrics_middleware, self.api_key_middleware],
         )
         app.router.add_get("/health", self.health_generate)
         app.router.add_get("/health_generate", self.health_generate)

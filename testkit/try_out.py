@@ -16,9 +16,20 @@ Runs with any Python 3.11+ (standard library only); glm5svc runs in a venv:
   the try venv.
 What is specific to the try-out (the test engine as server.command, preflight off since
 there is no GPU to check, loopback ports) is in the configuration it writes and prints.
-Everything goes to .cache/try/ (git-ignored): the configuration, serve's log, the results;
+Everything goes to .cache/try/ (git-ignored): the configuration and the tune space, and per
+run (.cache/try/<time>/) serve's log and the results;
 `.cache/bin/glm5svc` runs this checkout's glm5svc from any folder (the try-out prints the
 `export PATH=...` line), and the try venv's `python -m glm5svc` works from any folder too.
+The export line is the same every run: the configuration is `.cache/try/glm5.yaml`, written
+anew by each run, which keeps the ports of the one before when they are free
+(`.cache/try/ports.json`).
+
+Sized to the CPU: the configuration's benchmark is a ladder of 4 and 16 at 64 tokens in, 16
+out, with windows of half a second, so a plain `glm5svc bench` takes under a minute; the tune
+space it writes beside it (`tune-space.yaml`, the running-request cap at 4, the configuration's,
+and 64, a live knob: one engine start and the best's confirming start) and the tune command it
+prints (TUNE_OPTIONS) finish in a few minutes.
+The tune starts its own engines on the configuration's port: stop the try-out first.
 
     python3 -m testkit.try_out [--keep-running] [--short]
 """
@@ -29,6 +40,7 @@ import argparse
 import json
 import os
 import shlex
+import socket
 import subprocess
 import sys
 import time
@@ -51,7 +63,19 @@ WORK = REPO / ".cache" / "try"
 BIN = REPO / ".cache" / "bin"  # the glm5svc command the try-out names
 # Needs root to build (libsystemd headers); glm5svc works without it outside systemd.
 NOT_NEEDED = ("systemd-python",)
-LADDER = ["4", "16"]
+LADDER = [4, 16]
+CONFIG = WORK / "glm5.yaml"  # the latest run's configuration: one path for the export line
+PORTS = WORK / "ports.json"  # the last run's ports, taken again when free
+PORT_KEYS = ("server", "listen")
+TUNE_SPACE_FILE = WORK / "tune-space.yaml"
+# The tune's workload and search, sized to the test engine on a CPU (one engine start for the
+# live cap's two values, its confirming start): minutes, not GLM-5's hours.
+CAP = "tuning.max_running_requests"
+TUNE_SPACE = {"knobs": [{"key": CAP, "values": [4, 64], "restart": False}]}
+TUNE_OPTIONS = [
+    "--concurrency", "16", "--input-len", "64", "--output-len", "16", "--window", "1",
+    "--settle", "0.5", "--min-repeats", "2", "--max-repeats", "4", "--max-trials", "2",
+]  # fmt: skip
 READY_TIMEOUT_S = 60
 STOP_TIMEOUT_S = 30
 
@@ -123,6 +147,27 @@ def link_command(python: Path) -> Path:
     return command
 
 
+def port_is_free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def stable_ports() -> dict[str, int]:
+    """The last run's server and listener ports when both are free, else new ones (saved)."""
+    try:
+        ports = json.loads(PORTS.read_text())
+        if not all(isinstance(ports.get(k), int) and port_is_free(ports[k]) for k in PORT_KEYS):
+            raise ValueError("taken")
+    except (OSError, ValueError, AttributeError):
+        ports = {"server": free_port(), "listen": free_port()}
+    PORTS.write_text(json.dumps(ports) + "\n")
+    return ports
+
+
 def write_config(work: Path, python: Path, bench_python: Path) -> Path:
     tokenizer = work / "tokenizer"
     if not (tokenizer / "tokenizer.json").is_file():
@@ -130,32 +175,58 @@ def write_config(work: Path, python: Path, bench_python: Path) -> Path:
             [str(bench_python), str(TOKENIZER_SCRIPT), str(tokenizer)],
             check=True, env=_env(work / "glm5.yaml"),
         )  # fmt: skip
+    ports = stable_ports()
     config = {
         "model": {"path": str(work / "model"), "tokenizer_path": str(tokenizer)},
         "server": {
             "host": "127.0.0.1",
-            "port": free_port(),
+            "port": ports["server"],
             # The test engine instead of `python -m sglang.launch_server` (no GPU here).
-            "command": [str(python), str(TEST_ENGINE), "--test-mode", "load=0.5"],
+            # Its steps mostly sleep, so its figures hold still on a busy CPU and the
+            # regression gate can judge one run against another.
+            "command": [
+                str(python),
+                str(TEST_ENGINE),
+                "--test-mode",
+                "load=0.5",
+                "--step-base-ms",
+                "30",
+                "--step-per-req-ms",
+                "1",
+            ],  # fmt: skip
         },
         "service": {
             "listen_host": "127.0.0.1",
-            "listen_port": free_port(),
+            "listen_port": ports["listen"],
             "run_preflight": False,  # nothing to check without a GPU; `glm5svc preflight` says so
             "drain_timeout_s": 10,
             "results_dir": str(work / "results"),
         },
         "telemetry": {"enabled": False},
-        # Steady windows sized for the test engine (GLM-5's defaults are minutes a window).
+        # A cap under the tune's concurrency (16): what the try-out's tune finds and applies.
+        "tuning": {"max_running_requests": 4},
+        # A bench sized for the CPU (GLM-5's defaults, 64-2048 at 1,024 in and 512 out, take
+        # hours here) with steady windows sized for the test engine (minutes a window on GLM-5).
         "benchmark": {
             "python": str(bench_python),
+            "ladder": LADDER,
+            "input_len": 64,
+            "output_len": 16,
+            "warmup_requests": 2,
+            "baseline": None,
             "post_start": {"enabled": False},
             **SHORT_STEADY,
+            "windows": 3,  # the regression gate's replication
         },
     }
-    path = work / "glm5.yaml"
-    path.write_text(json.dumps(config, indent=2) + "\n")  # JSON is YAML
-    return path
+    CONFIG.write_text(json.dumps(config, indent=2) + "\n")  # JSON is YAML
+    TUNE_SPACE_FILE.write_text(json.dumps(TUNE_SPACE, indent=2) + "\n")
+    return CONFIG
+
+
+def tune_command() -> list[str]:
+    """The try-out's tune, as a user types it (glm5svc on the PATH the try-out prints)."""
+    return ["glm5svc", "tune", "run", "--space", str(TUNE_SPACE_FILE), *TUNE_OPTIONS]
 
 
 def glm5svc(python: Path, config: Path, *args: str, **kwargs) -> subprocess.CompletedProcess:
@@ -216,15 +287,16 @@ def main(argv: list[str] | None = None) -> int:
         command = link_command(python)
         say(f"glm5svc from any folder: export PATH={shlex.quote(str(command.parent))}:$PATH "
             f"GLM5SVC_CONFIG={shlex.quote(str(config))}")  # fmt: skip
-        ladder = LADDER[:1] if args.short else LADDER
-        bench_args = [
-            "bench", "--ladder", *ladder, "--input-len", "64", "--output-len", "16",
-            "--num-prompts", "32", "--warmup-requests", "2", "--baseline", "none",
-        ]  # fmt: skip
+        # The configuration sizes the bench: a plain `glm5svc bench` runs the same ladder.
+        bench_args = ["bench", "--ladder", str(LADDER[0])] if args.short else ["bench"]
         say(shlex.join([str(python), "-m", "glm5svc", "--config", str(config), *bench_args]))
         bench = glm5svc(python, config, *bench_args)
         if bench.returncode != 0:
             raise SystemExit(f"try: glm5svc bench exited with {bench.returncode}")
+        say(
+            "a tune sized to this machine, once serve is stopped (it starts its own engines on "
+            f"the same port): {shlex.join(tune_command())}"
+        )
         if args.keep_running:
             say(f"serve keeps running (pid {serve.pid}); ^C stops it")
             serve.wait(None)

@@ -13,6 +13,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from glm5svc.bench.regression import window_figures
 from glm5svc.bench.results import SUMMARY_SCHEMA, BenchSummary
 from glm5svc.bench.verdicts import COMPARED_METRICS
 from glm5svc.errors import ConfigError
@@ -72,18 +73,21 @@ def _json_problem(exc: Exception) -> str:
 
 
 def baseline_from_summary(summary: BenchSummary, source: str) -> dict[str, Any]:
-    levels = {}
+    """Its completed levels' figures, and their steady windows (the gate's replication)."""
+    levels, windows = {}, {}
     for level in summary.levels:
         if not level.ok or level.metrics is None:
             continue
         figures = {k: getattr(level.metrics, k) for k, _ in COMPARED_METRICS}
         levels[str(level.concurrency)] = {k: v for k, v in figures.items() if usable_figure(v)}
+        windows[str(level.concurrency)] = window_figures(level.steady)
     return {
         "name": f"run {summary.run_id}",
         "source": source,
         "description": f"glm5svc bench run {summary.run_id} ({summary.kind})",
         "plan": summary.plan,
         "levels": levels,
+        "windows": windows,
     }
 
 

@@ -193,6 +193,8 @@ def _change_cell(row: dict[str, Any] | None) -> str:
     if row is None:
         return "-"
     text = f"{row['change_pct']:+.1f}%"
+    if not row.get("judged"):
+        return f"{text} (not judged)"
     return f"[red]{text}[/red]" if row["regressed"] else text
 
 

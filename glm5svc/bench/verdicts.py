@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from glm5svc.bench.regression import JUDGED, describe, judge_rows, window_figures
 from glm5svc.bench.results import LevelResult
 
 # Compared with a baseline, in this order; a drop beyond the threshold is a regression.
@@ -14,8 +15,6 @@ COMPARED_METRICS = (
     ("request_throughput", "req/s"),
     ("peak_output_throughput", "peak output tok/s"),
 )
-# Peak output uses 1-second buckets and overcounts: shown, never flagged.
-INFORMATIONAL_METRICS = {"peak_output_throughput"}
 
 
 def _measured(levels: list[LevelResult]) -> list[LevelResult]:
@@ -125,15 +124,22 @@ def level_figures(levels: list[LevelResult]) -> dict[str, dict[str, float]]:
     return figures
 
 
+def level_windows(levels: list[LevelResult]) -> dict[str, dict[str, list[float]]]:
+    """{"<concurrency>": {metric: [window figures]}} of the levels measured in steady windows."""
+    return {str(level.concurrency): window_figures(level.steady) for level in levels}
+
+
 def compare_with_baseline(
     levels: list[LevelResult],
     baseline: dict[str, Any],
     threshold_pct: float,
     not_judged: str | None = None,
 ) -> dict[str, Any]:
-    """Per level and metric present on both sides: percent change; regression = a drop of
-    more than threshold_pct. Levels the baseline has no figure for are listed, not failed."""
-    return compare_figures(level_figures(levels), baseline, threshold_pct, not_judged)
+    """Per level and metric present on both sides: the change and its verdict
+    (glm5svc/bench/regression.py). Levels the baseline has no figure for are listed, not failed."""
+    return compare_figures(
+        level_figures(levels), baseline, threshold_pct, not_judged, level_windows(levels)
+    )
 
 
 def compare_figures(
@@ -141,9 +147,12 @@ def compare_figures(
     baseline: dict[str, Any],
     threshold_pct: float,
     not_judged: str | None = None,
+    current_windows: dict[str, dict[str, list[float]]] | None = None,
 ) -> dict[str, Any]:
     """`not_judged`: why the two workloads are not like for like; the changes are shown,
-    and nothing is called a regression or "within" the threshold."""
+    and nothing is called a regression or "within" the threshold. Each row is judged on the
+    steady windows of both sides (`current_windows`, the baseline's "windows") or marked not
+    judged with the reason."""
     rows = []
     base_levels: dict[str, dict[str, float]] = baseline.get("levels", {})
     missing = []
@@ -156,7 +165,6 @@ def compare_figures(
             value, expected = current[concurrency].get(key), reference.get(key)
             if value is None or not expected:
                 continue
-            change = (value / expected - 1) * 100
             rows.append(
                 {
                     "concurrency": int(concurrency),
@@ -164,34 +172,53 @@ def compare_figures(
                     "label": label,
                     "current": value,
                     "baseline": expected,
-                    "change_pct": change,
-                    "regressed": (
-                        not_judged is None
-                        and key not in INFORMATIONAL_METRICS
-                        and change < -threshold_pct
-                    ),
+                    "change_pct": (value / expected - 1) * 100,
                 }
             )
+    if not_judged is None:
+        judge_rows(rows, current_windows or {}, baseline.get("windows") or {}, threshold_pct)
+    else:
+        for row in rows:
+            row.update(judged=False, regressed=False, interval_pct=None, windows=None,
+                       why_not_judged=not_judged)  # fmt: skip
     regressed_rows = [r for r in rows if r["regressed"]]
+    judged_rows = [r for r in rows if r["judged"]]
+    undecided = [r for r in rows if r["metric"] in JUDGED and not r["judged"]]
+    name = baseline.get("name")
     if not_judged is not None:
-        text = f"no verdict against baseline {baseline.get('name')!r}: {not_judged}"
+        text = f"no verdict against baseline {name!r}: {not_judged}"
     elif not rows:
-        text = f"nothing to compare with baseline {baseline.get('name')!r} (no common level)"
+        text = f"nothing to compare with baseline {name!r} (no common level)"
     elif regressed_rows:
         worst = min(regressed_rows, key=lambda r: r["change_pct"])
         text = (
-            f"below baseline {baseline.get('name')!r}: {len(regressed_rows)} figure(s) dropped "
-            f"more than {threshold_pct:g}%, worst {worst['label']} at concurrency "
-            f"{worst['concurrency']}: {worst['change_pct']:+.1f}%"
+            f"below baseline {name!r}: {len(regressed_rows)} figure(s) dropped beyond the "
+            f"windows' noise and more than half of {threshold_pct:g}%, worst {describe(worst)}"
+        )
+    elif not judged_rows:
+        text = (
+            f"cannot judge against baseline {name!r}: {describe(undecided[0])}: "
+            f"{undecided[0]['why_not_judged']}"
         )
     else:
-        text = f"within {threshold_pct:g}% of baseline {baseline.get('name')!r} or better"
+        worst = min(judged_rows, key=lambda r: r["change_pct"])
+        text = (
+            f"no regression against baseline {name!r} (a drop of {threshold_pct:g}% would "
+            f"show): {len(judged_rows)} figure(s) judged on steady windows, lowest "
+            f"{describe(worst)}; req/s and peak output tok/s shown, not judged"
+        )
+        if undecided:
+            text += (
+                f"; {len(undecided)} figure(s) not judged, e.g. {describe(undecided[0])}: "
+                f"{undecided[0]['why_not_judged']}"
+            )
     return {
-        "name": baseline.get("name"),
+        "name": name,
         "source": baseline.get("source"),
         "threshold_pct": threshold_pct,
         "regressed": bool(regressed_rows),
-        "judged": not_judged is None,
+        # Whether the gate could judge: at least one figure judged on both sides' windows.
+        "judged": not_judged is None and bool(judged_rows),
         "not_judged": not_judged,
         "compared_levels": sorted({r["concurrency"] for r in rows}),
         "levels_without_baseline": missing,

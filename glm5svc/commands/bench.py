@@ -23,6 +23,7 @@ from glm5svc.config import (
     rules_of,
 )
 from glm5svc.errors import ConfigError, Glm5Error
+from glm5svc.exit_codes import epilog
 from glm5svc.json_output import emit
 
 EXIT_STOPPED = 1
@@ -32,6 +33,7 @@ EXIT_REGRESSION = 3
 def register(subparsers):
     parser = subparsers.add_parser(
         "bench",
+        epilog=epilog("bench"),
         help="benchmark the running server over a concurrency ladder (sglang.bench_serving)",
         description=__doc__,
     )
@@ -59,8 +61,9 @@ def register(subparsers):
         "--num-prompts",
         kind=int,
         range=Range(0, True, MAX_COUNT),
-        help="prompts per level (default: max(benchmark.min_prompts, "
-        "benchmark.prompts_per_concurrency x the level))",
+        help="prompts per level of a single-wave run (benchmark.steady: false; default: "
+        "max(benchmark.min_prompts, benchmark.prompts_per_concurrency x the level)); refused "
+        "with steady runs, which are sized to --window",
     )
     add_number(
         parser,
@@ -107,6 +110,7 @@ def register(subparsers):
     sub = parser.add_subparsers(dest="bench_action", metavar="ACTION")
     compare = sub.add_parser(
         "compare",
+        epilog=epilog("bench compare"),
         help="compare run A with the baseline B (A is judged against B)",
         description=(
             "Compare A (the run to judge) with B (the baseline): each figure's change is "
@@ -200,13 +204,27 @@ def run(args) -> int:
             f"benchmark.warmup_max_s to 0 (no warm-up) or at least {2 * args.window_s:g}, or "
             "shorten --window"
         )
+    if config.benchmark.steady and args.num_prompts is not None:
+        raise ConfigError(
+            f"glm5svc bench --num-prompts {args.num_prompts}: steady runs (benchmark.steady: "
+            "true) size each run to the window, so a fixed prompt count would not be what ran; "
+            "make runs shorter with --window (or benchmark.window_s), or set benchmark.steady: "
+            "false for single-wave runs of a fixed count"
+        )
     ladder = [n for part in args.ladder for n in part] if args.ladder else None
     overrides = {f.name: getattr(args, f.name) for f in fields(BenchPlan) if hasattr(args, f.name)}
     baseline = args.baseline
     with rules_of(args.config):
         plan = plan_from_config(config, **{**overrides, "ladder": ladder})
         judgement = Judgement.from_config(config, baseline="" if baseline == "none" else baseline)
-    if args.fail_on_regression and judgement.baseline:
+    if args.fail_on_regression and not judgement.baseline:
+        raise ConfigError(
+            "--fail-on-regression with no baseline (benchmark.baseline: null, or --baseline "
+            "none): there is nothing to judge the run against; gate on a run of your own: "
+            "`glm5svc bench` once on the deployment you trust (the report names its run "
+            "directory), then `glm5svc bench --fail-on-regression --baseline RUN_DIR`"
+        )
+    if args.fail_on_regression:
         refuse_a_gate_that_cannot_judge(plan.describe(), judgement.baseline)
     results_root = Path(args.results_dir) if args.results_dir else config.service.results_dir
     for sig in (signal.SIGTERM, signal.SIGHUP):  # end bench_serving too, as ^C does
@@ -244,15 +262,21 @@ def _print_report(summary) -> None:
 
 
 class _Progress:
-    """A rich progress bar over the ladder on stderr, with the current phase."""
+    """A rich progress bar over the ladder on stderr, with the current phase; where stderr is
+    not a terminal (a pipe, a log file, CI), one line per phase instead, as it happens: a
+    level of GLM-5 takes minutes, and a bar that draws only at its end shows nothing."""
 
     def __init__(self, enabled: bool):
         self.enabled = enabled
         self.progress = None
         self.task = None
+        self.lines = False  # plain lines on stderr
+        self.said = ""
 
     def __enter__(self) -> _Progress:
-        if self.enabled:
+        if self.enabled and not sys.stderr.isatty():
+            self.lines = True
+        elif self.enabled:
             from rich.console import Console
             from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -268,6 +292,11 @@ class _Progress:
         return self
 
     def update(self, event) -> None:
+        if self.lines:
+            if event.message != self.said:
+                self.said = event.message
+                print(f"glm5svc bench: {event.message}", file=sys.stderr, flush=True)
+            return
         if self.progress is None:
             return
         if self.task is None:
@@ -295,7 +324,7 @@ def run_compare(args) -> int:
         c: {k: v for k, v in f.items() if usable_figure(v)} for c, f in current["levels"].items()
     }
     not_judged = workload_difference(current, baseline)
-    comparison = compare_figures(figures, baseline, threshold, not_judged)
+    comparison = compare_figures(figures, baseline, threshold, not_judged, current.get("windows"))
     comparison["current"] = current.get("name")
     comparison["workloads_differ"] = not_judged
     if args.fail_on_regression and not_judged is not None:
@@ -308,6 +337,12 @@ def run_compare(args) -> int:
         raise NothingCompared(
             f"bench compare --fail-on-regression: {comparison['text']}: the gate cannot pass "
             "on no figures; compare runs that measured the same concurrency levels",
+            fields=comparison,
+        )
+    if args.fail_on_regression and not comparison["judged"]:
+        raise NothingCompared(
+            f"bench compare --fail-on-regression: {comparison['text']}; a gate that cannot "
+            "judge does not pass",
             fields=comparison,
         )
     exit_status = EXIT_REGRESSION if args.fail_on_regression and comparison["regressed"] else 0
@@ -329,16 +364,20 @@ def _print_comparison(comparison: dict) -> None:
     from rich.table import Table
 
     table = Table(title=f"{comparison['current']} vs {comparison['name']}", title_justify="left")
-    for name in ("conc", "metric", "A", "B", "change"):
+    for name in ("conc", "metric", "A", "B", "change", "interval", "verdict"):
         table.add_column(name, justify="right")
     for row in comparison["rows"]:
         change = f"{row['change_pct']:+.1f}%"
+        low_high = row.get("interval_pct")
+        verdict = "regressed" if row["regressed"] else "within" if row["judged"] else "not judged"
         table.add_row(
             str(row["concurrency"]),
             row["label"],
             f"{row['current']:,.2f}",
             f"{row['baseline']:,.2f}",
             f"[red]{change}[/red]" if row["regressed"] else change,
+            f"{low_high[0]:+.1f}%, {low_high[1]:+.1f}%" if low_high else "-",
+            verdict,
         )
     console = Console(width=None if sys.stdout.isatty() else 160)
     console.print(table)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from glm5svc.config import load_config, rules_of
+from glm5svc.exit_codes import epilog
 from glm5svc.json_output import emit
 from glm5svc.launch_plan import plan_for_service
 from glm5svc.records import to_dict
@@ -10,7 +11,9 @@ from glm5svc.records import to_dict
 
 def register(subparsers):
     parser = subparsers.add_parser(
-        "command", help="print the exact sglang launch command the service would run"
+        "command",
+        epilog=epilog("command"),
+        help="print the exact sglang launch command the service would run",
     )
     output = parser.add_mutually_exclusive_group()
     output.add_argument(

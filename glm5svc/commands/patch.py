@@ -24,6 +24,7 @@ from pathlib import Path
 
 from glm5svc.config import Config, load_config, resolve_config_path
 from glm5svc.errors import Glm5Error
+from glm5svc.exit_codes import epilog
 from glm5svc.json_output import emit, emit_error
 from glm5svc.patches.engine import (
     PatchResult,
@@ -44,6 +45,7 @@ EXIT_MISSING_REQUIRED = 5
 def register(subparsers):
     parser = subparsers.add_parser(
         "patch",
+        epilog=epilog("patch"),
         help="status/apply/revert/diff the SM120 sglang patches in the service venv",
         description=__doc__,
         formatter_class=_raw_help(),
@@ -55,7 +57,7 @@ def register(subparsers):
         ("revert", "restore the original files byte for byte"),
         ("diff", "unified diff of what apply changes or has changed"),
     ):
-        action = actions.add_parser(name, help=text, description=text)
+        action = actions.add_parser(name, help=text, description=text, epilog=epilog("patch"))
         _target_arguments(action)
         action.add_argument("patch_ids", nargs="*", metavar="PATCH", help="default: all")
         action.add_argument("--json", action="store_true", help="print one JSON object")
@@ -63,7 +65,9 @@ def register(subparsers):
             action.add_argument(
                 "--check", action="store_true", help="exit 5 if a required patch is not applied"
             )
-    actions.add_parser("list", help="the patches and the sglang versions they cover")
+    actions.add_parser(
+        "list", help="the patches and the sglang versions they cover", epilog=epilog("patch")
+    )
     parser.set_defaults(func=run)
     return parser
 

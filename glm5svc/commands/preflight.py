@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from glm5svc.config import load_config
 from glm5svc.errors import Glm5Error
+from glm5svc.exit_codes import epilog
 from glm5svc.json_output import emit
 from glm5svc.preflight.rows import FAIL
 from glm5svc.preflight.run import run_preflight
@@ -11,7 +12,9 @@ from glm5svc.preflight.run import run_preflight
 
 def register(subparsers):
     parser = subparsers.add_parser(
-        "preflight", help="check driver, GPUs, uvm HMM, CUDA, model, stack, limits (with fixes)"
+        "preflight",
+        epilog=epilog("preflight"),
+        help="check driver, GPUs, uvm HMM, CUDA, model, stack, limits (with fixes)",
     )
     parser.add_argument("--json", action="store_true", help="machine-readable report")
     parser.set_defaults(func=run)

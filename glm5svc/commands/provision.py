@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from glm5svc.exit_codes import epilog
 from glm5svc.json_output import emit
 from glm5svc.provision.runner import (
     Progress,
@@ -29,7 +30,9 @@ DEFAULT_LOG_DIR = Path(os.environ.get("GLM5SVC_PROVISION_LOGS", "/var/log/glm5sv
 
 def register(subparsers):
     parser = subparsers.add_parser(
-        "provision", help="run site.yml (host, then container) with a live view and a summary"
+        "provision",
+        epilog=epilog("provision"),
+        help="run site.yml (host, then container) with a live view and a summary",
     )
     parser.add_argument("--project", default=".", help="the glm5svc checkout holding site.yml")
     parser.add_argument(

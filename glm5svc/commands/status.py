@@ -10,6 +10,7 @@ answer is not a glm5svc status (another program on the port); 78 bad config/flag
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from pydantic import ValidationError
 
@@ -17,6 +18,7 @@ from glm5svc import fleet
 from glm5svc.cli_options import Range, add_number, http_url
 from glm5svc.config import MAX_SECONDS, FleetSection, describe_error, load_config, read_api_key
 from glm5svc.errors import ConfigError, Glm5Error
+from glm5svc.exit_codes import epilog
 from glm5svc.http_fetch import FetchError, fetch_bytes
 from glm5svc.json_output import emit, schema_name
 from glm5svc.records import BenchmarkStatus, Diagnosis, RecordError, StatusDocument
@@ -34,6 +36,7 @@ RESET_HINT = (
 def register(subparsers):
     parser = subparsers.add_parser(
         "status",
+        epilog=epilog("status"),
         help=(
             "summarise the running service (exit 0 ready, 1 not ready, 3 unreachable, "
             "4 the answer is not a glm5svc status)"
@@ -154,6 +157,15 @@ def run_fleet(args) -> int:
     return exit_status
 
 
+def stand_in_engine(argv: tuple[str, ...]) -> str | None:
+    """The program server.command runs instead of sglang.launch_server (the script a Python
+    runs, else the executable), e.g. the try-out's CPU test engine; None for sglang."""
+    if "sglang.launch_server" in argv[:3] or not argv:
+        return None
+    program = argv[1] if len(argv) > 1 and Path(argv[0]).name.startswith("python") else argv[0]
+    return Path(program).name
+
+
 def render(status: StatusDocument) -> str:
     phase, text = status.phase, status.status
     lines = [
@@ -163,7 +175,12 @@ def render(status: StatusDocument) -> str:
         f"up {_duration(status.uptime_s)}",
     ]
     plan = status.launch_plan
-    if plan is not None and plan.sglang_version:
+    if plan is not None and stand_in_engine(plan.argv):
+        lines.append(
+            f"  engine: {stand_in_engine(plan.argv)} from server.command, not "
+            "sglang.launch_server (no sglang version or GPU count to report)"
+        )
+    elif plan is not None and plan.sglang_version:
         lines.append(
             f"  sglang {plan.sglang_version}, target {plan.target}, "
             f"profile {plan.profile}, {plan.tp_size} GPU(s)"

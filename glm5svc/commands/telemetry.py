@@ -10,6 +10,7 @@ import os
 import sys
 
 from glm5svc.cli_options import add_number
+from glm5svc.exit_codes import epilog
 from glm5svc.json_output import emit, emit_error
 from glm5svc.telemetry.sampler import Sampler
 
@@ -20,6 +21,7 @@ ONCE_PERIOD_S = 0.25
 def register(subparsers):
     parser = subparsers.add_parser(
         "telemetry",
+        epilog=epilog("telemetry"),
         help="live GPU power, clocks, PCIe and memory view (exit 69 without an NVIDIA driver)",
     )
     parser.add_argument("--once", action="store_true", help="take one sample, print, exit")

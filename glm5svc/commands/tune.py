@@ -33,6 +33,7 @@ from glm5svc.cli_options import (
     option_of,
 )
 from glm5svc.errors import ConfigError
+from glm5svc.exit_codes import epilog
 from glm5svc.json_output import emit
 from glm5svc.tune.settings import (
     LIMITS,
@@ -52,6 +53,7 @@ EXIT_NOTHING_MEASURED = 1
 def register(subparsers):
     parser = subparsers.add_parser(
         "tune",
+        epilog=epilog("tune"),
         help="search the server's settings for the best throughput on your workload",
         description=__doc__,
     )
@@ -60,6 +62,7 @@ def register(subparsers):
 
     run = actions.add_parser(
         "run",
+        epilog=epilog("tune run"),
         help="run a tune (or --resume one)",
         description="Run a tune: docs/tuning.md explains the options.",
     )
@@ -103,6 +106,7 @@ def register(subparsers):
 
     apply = actions.add_parser(
         "apply",
+        epilog=epilog("tune apply"),
         help="write a tune's overlay into the configuration and restart glm5.service",
     )
     apply.add_argument("run_dir", metavar="RUN_DIR", help="the tune's run directory")
@@ -116,7 +120,7 @@ def register(subparsers):
     apply.add_argument("--json", action="store_true", help="print the result as JSON")
     apply.set_defaults(func=run_apply)
 
-    show = actions.add_parser("show", help="a tune's trials and result")
+    show = actions.add_parser("show", help="a tune's trials and result", epilog=epilog("tune show"))
     show.add_argument("run_dir", metavar="RUN_DIR", help="the tune's run directory")
     show.add_argument("--json", action="store_true", help="print the tune's summary as JSON")
     show.set_defaults(func=run_show)

@@ -6,12 +6,15 @@ import sys
 from pathlib import Path
 
 from glm5svc.config import load_config, resolve_config_path
+from glm5svc.exit_codes import epilog
 from glm5svc.unit_file import render_unit, writable_folders
 
 
 def register(subparsers):
     parser = subparsers.add_parser(
-        "unit", help="print glm5.service for a venv and the --config file (systemd unit)"
+        "unit",
+        epilog=epilog("unit"),
+        help="print glm5.service for a venv and the --config file (systemd unit)",
     )
     parser.add_argument(
         "--venv",

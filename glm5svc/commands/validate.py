@@ -26,6 +26,7 @@ from glm5svc.config import (
     rules_of,
 )
 from glm5svc.errors import ConfigError
+from glm5svc.exit_codes import epilog
 from glm5svc.json_output import emit
 from glm5svc.launch_plan import check_model_path, plan_for_service
 from glm5svc.tune.space import read_space_file
@@ -33,7 +34,9 @@ from glm5svc.tune.space import read_space_file
 
 def register(subparsers):
     parser = subparsers.add_parser(
-        "validate", help="check the configuration file; exit 78 with every problem listed"
+        "validate",
+        epilog=epilog("validate"),
+        help="check the configuration file; exit 78 with every problem listed",
     )
     parser.add_argument(
         "path", nargs="?", type=config_path, help="file to check (default: the --config file)"

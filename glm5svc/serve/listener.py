@@ -11,6 +11,7 @@ write, so half-sent requests cannot pile up threads in `serve`.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from glm5svc.serve.metrics import exposition
@@ -85,6 +86,31 @@ class HealthListener:
 
 
 def _make_handler(listener: HealthListener):
+    def answer(path: str, accept: str | None) -> tuple[int, bytes, str]:
+        if path == "/livez":
+            ok, reason = listener.liveness()
+            return 200 if ok else 503, (reason + "\n").encode(), TEXT
+        if path == "/readyz":
+            ok, reason = listener.state.readiness()
+            return 200 if ok else 503, (reason + "\n").encode(), TEXT
+        if path == "/status":
+            body = listener.state.snapshot().to_json() + "\n"
+            return 200, body.encode(), "application/json"
+        if path == "/metrics":
+            body, content_type = exposition(listener.registry, accept)
+            return 200, body, content_type
+        return 404, b"not found: try /livez /readyz /status /metrics\n", TEXT
+
+    return make_text_handler(answer)
+
+
+TEXT = "text/plain; charset=utf-8"
+
+
+def make_text_handler(answer: Callable[[str, str | None], tuple[int, bytes, str]]):
+    """A handler class for GET and HEAD that answers each path with `answer(path, Accept)`:
+    (status, body, content type)."""
+
     class Handler(BaseHTTPRequestHandler):
         server_version = "glm5svc"
         protocol_version = "HTTP/1.1"
@@ -95,21 +121,15 @@ def _make_handler(listener: HealthListener):
             pass
 
         def do_GET(self):  # noqa: N802 - stdlib name
-            path = self.path.split("?", 1)[0]
-            if path == "/livez":
-                ok, reason = listener.liveness()
-                self._text(200 if ok else 503, reason + "\n")
-            elif path == "/readyz":
-                ok, reason = listener.state.readiness()
-                self._text(200 if ok else 503, reason + "\n")
-            elif path == "/status":
-                body = listener.state.snapshot().to_json() + "\n"
-                self._send(200, body.encode(), "application/json")
-            elif path == "/metrics":
-                body, content_type = exposition(listener.registry, self.headers.get("Accept"))
-                self._send(200, body, content_type)
-            else:
-                self._text(404, "not found: try /livez /readyz /status /metrics\n")
+            code, body, content_type = answer(
+                self.path.split("?", 1)[0], self.headers.get("Accept")
+            )
+            self.send_response(code)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if self.with_body:
+                self.wfile.write(body)
 
         def do_HEAD(self):  # noqa: N802 - stdlib name
             self.with_body = False  # one handler serves every request of a connection
@@ -117,16 +137,5 @@ def _make_handler(listener: HealthListener):
                 self.do_GET()
             finally:
                 self.with_body = True
-
-        def _text(self, code: int, text: str):
-            self._send(code, text.encode(), "text/plain; charset=utf-8")
-
-        def _send(self, code: int, body: bytes, content_type: str):
-            self.send_response(code)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            if self.with_body:
-                self.wfile.write(body)
 
     return Handler

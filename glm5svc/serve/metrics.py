@@ -19,6 +19,14 @@ from glm5svc.serve.phases import Phase
 from glm5svc.serve.state import SupervisorState
 from glm5svc.telemetry.prometheus import register_gpu_collector
 
+# Served as 1 on the listener's port by `glm5svc tune` while it holds the GPUs (glm5.service
+# stopped on purpose: glm5svc/serve/tune_signal.py); serve itself always serves 0.
+TUNE_RUNNING = "glm5svc_tune_running"
+TUNE_RUNNING_HELP = (
+    "1 while glm5svc tune holds the GPUs (served on this port by the tune, the service "
+    "stopped on purpose); 0 from the service"
+)
+
 
 class ServiceCollector(Collector):
     def __init__(self, state: SupervisorState):
@@ -61,6 +69,14 @@ class ServiceCollector(Collector):
             "glm5svc_engine_restarts", "engine restarts seen by this process", snap.restarts_seen
         )
         yield _gauge("glm5svc_degraded", "1 when below the benchmark baseline", snap.degraded)
+        previous = snap.previous_run
+        yield _gauge(
+            "glm5svc_previous_run_failed",
+            "1 when the previous glm5svc serve here ended with a failure (0 after a stop or "
+            "a drain, or with no record)",
+            bool(previous is not None and previous.exit_status != 0),
+        )
+        yield _gauge(TUNE_RUNNING, TUNE_RUNNING_HELP, 0)
         if snap.benchmark is not None and snap.benchmark.error is None:
             yield from bench_metrics_families(snap.benchmark)
 

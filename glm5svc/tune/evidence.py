@@ -124,7 +124,8 @@ def gain(
             sum(1 for s in starts if s.setting == setting_key(c)) for c in (best.candidate, start)
         )
         verdict = judge_starts(
-            StartModel.fit(starts), setting_key(best.candidate), setting_key(start), counts,
+            StartModel.fit(starts, settings.start_spread_prior), setting_key(best.candidate),
+            setting_key(start), counts,
             min_effect=settings.min_effect, confidence=settings.confidence,
         )  # fmt: skip
     if verdict.gain is None:

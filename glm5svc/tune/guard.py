@@ -5,7 +5,9 @@ drains it when told, and gives the machine back as it found it.
 requests finish, and a gateway's health checks take the replica out of rotation),
 and starts it again when the tune ends, however it ends: done, failed, Ctrl-C or
 SIGTERM. The operator's configuration file is never written by a tune (trials have their
-own files); `glm5svc tune apply` is the one step that changes it.
+own files); `glm5svc tune apply` is the one step that changes it. While the tune runs, the
+listener's port serves `glm5svc_tune_running 1` (glm5svc/serve/tune_signal.py), so the
+alerts take the stop for the planned one it is.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from dataclasses import dataclass, field
 from glm5svc.config import Config
 from glm5svc.errors import Glm5Error
 from glm5svc.port_owners import holders
+from glm5svc.serve.tune_signal import TuneSignal
 
 UNIT = "glm5.service"
 SYSTEMCTL_TIMEOUT_S = 900.0  # a stop waits for the drain (service.drain_timeout_s)
@@ -60,8 +63,13 @@ class TakeOver:
     unit: str = UNIT
     stopped_unit: bool = False
     log: list[str] = field(default_factory=list)
+    signal: TuneSignal | None = None
 
     def begin(self, config: Config) -> None:
+        self._take(config)
+        self.signal = TuneSignal.start(config.service.listen_host, config.service.listen_port)
+
+    def _take(self, config: Config) -> None:
         serving = who_serves(config, self.unit)
         if serving is None:
             return
@@ -84,6 +92,9 @@ class TakeOver:
 
     def restore(self) -> None:
         """Start the unit again if this tune stopped it; never raises."""
+        if self.signal is not None:
+            self.signal.stop()  # the service's port again
+            self.signal = None
         if not self.stopped_unit:
             return
         try:

@@ -355,7 +355,8 @@ class Search:
             if candidate is not written or not theirs:
                 continue
             verdict = judge_starts(
-                StartModel.fit(rows), _key(written), _key(baseline), (mine, theirs),
+                StartModel.fit(rows, self.settings.start_spread_prior), _key(written),
+                _key(baseline), (mine, theirs),
                 min_effect=self.settings.min_effect, confidence=self.settings.confidence,
                 look=mine,
             )  # fmt: skip
@@ -662,6 +663,7 @@ class Search:
                 max(1, look),
                 confidence=self.settings.confidence,
                 comparisons=self.comparison_share(row.setting),
+                prior=self.settings.start_spread_prior,
             )  # fmt: skip
             for row in partial
         }
@@ -723,7 +725,7 @@ class Search:
         return next_step(
             [*self._start_records(), *extra], _key(record.candidate), _key(best.candidate),
             min_effect=self.settings.min_effect, confidence=self.settings.confidence,
-            comparisons=comparisons,
+            comparisons=comparisons, prior=self.settings.start_spread_prior,
         )  # fmt: skip
 
     def _judge(self, records: list[TrialRecord]) -> None:

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from glm5svc.cli_options import Option
 from glm5svc.config import ENGINE_READ_INTERVAL_S, MAX_COUNT, MAX_SECONDS, MAX_WINDOW_S
+from glm5svc.tune.start_model import PRIOR_START_SPREAD
 from glm5svc.tune.stats import CONFIDENCE_LEVELS
 
 WORKLOAD, LIMITS, SEARCH = "workload", "limits", "search"
@@ -72,6 +73,14 @@ class SearchSettings(_Settings):
         0.03,
         description="a candidate wins only when the lower bound of its gain exceeds this "
         "(relative: 0.03 is 3 %)",
+    )
+    start_spread_prior: Annotated[
+        float, Field(gt=0, lt=1), Option("--start-spread-prior", SEARCH, metavar="SHARE")
+    ] = Field(
+        PRIOR_START_SPREAD,
+        description="the spread of throughput from engine start to engine start assumed "
+        "until the tune's own replicated starts show theirs (relative; the default is what "
+        "the H200 testbed showed): lower it only with starts of your machine measured",
     )
     window_s: Annotated[WindowSeconds | None, Option("--window", SEARCH, duration=True)] = Field(
         None,

@@ -14,6 +14,8 @@ root=$1 repo=$2 pve_container=$3 cmdline=$4
 here=$(cd "$(dirname "$0")" && pwd)
 "$here/../host/prepare_target.sh" "$root" "$repo" "$pve_container" "$cmdline" systemd-boot notfound none
 rm -f "$root/etc/pve/lxc/200.conf"
+# A fresh host has no container template yet (converge.yml: the first run names pveam download).
+rm -f "$root/var/lib/vz/template/cache/"*
 # pct create leaves a container stopped.
 echo stopped > "$root/etc/glm5-stand-in/ct-200-status"
 rm -rf "$root/etc/glm5-stand-in/sys-module-nvidia_uvm"

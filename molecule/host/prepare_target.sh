@@ -24,6 +24,10 @@ install -m 0755 "$here/stand-ins/boot-tool.sh" "$root/usr/local/sbin/update-grub
 install -m 0755 "$here/stand-ins/boot-tool.sh" "$root/usr/local/sbin/proxmox-boot-tool"
 install -m 0755 "$here/stand-ins/pvesubscription.sh" "$root/usr/local/sbin/pvesubscription"
 install -m 0755 "$here/stand-ins/dkms.sh" "$root/usr/local/sbin/dkms"
+install -m 0755 "$here/stand-ins/pveam.sh" "$root/usr/local/sbin/pveam"
+# The container template pct create uses (roles/glm5_host_lxc_gpu defaults), downloaded.
+mkdir -p "$root/var/lib/vz/template/cache"
+: > "$root/var/lib/vz/template/cache/debian-12-standard_12.12-1_amd64.tar.zst"
 # Proxmox's archive key where Proxmox installs it (the stand-in key, dearmored).
 install -m 0644 "$repo/proxmox-archive-keyring.gpg" "$root/usr/share/keyrings/proxmox-archive-keyring.gpg"
 if [ "$enterprise" = enterprise ]; then

@@ -1,7 +1,10 @@
 """site.yml on a fresh stand-in Proxmox host, then the driver upgrade: `molecule test -s fresh`.
 
-One platform (MOLECULE_DISTRO, trixie by default). The first site.yml run ends with REBOOT
-REQUIRED and no failed task (nouveau holds a GPU, the driver is new, container 200 is created);
+One platform (MOLECULE_DISTRO, trixie by default). First the preconditions: site.yml without
+the vaulted API key, then without the container template, each stops before anything changes
+and names its fix (the fix for the template, `pveam download`, is then run). The first
+site.yml run ends with REBOOT REQUIRED and no failed task (nouveau holds a GPU, the driver is
+new, container 200 is created);
 the stand-in system restarts; the second run writes the GPU lines, starts the container and runs
 the whole container play in it through the host (its user-space driver at the host's release,
 the venv, glm5.service with the test engine: active as glm5, /readyz 200). The upgrade play stops
@@ -28,6 +31,7 @@ def test_molecule_fresh_scenario():
     run_scenario(
         "fresh",
         (
+            "Check the refusals (the key, then the template; each names its fix, nothing changed)",
             "Check the first run (REBOOT REQUIRED and why, no failed task, container created, "
             "no GPU lines yet)",
             "Check the second run (no reboot needed, GPU lines in, the container started, its "

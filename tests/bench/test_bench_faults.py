@@ -109,7 +109,7 @@ def test_stopping_bench_ends_bench_serving(tmp_path, healthy_server, sig):
     python, pid_file = fake_python(tmp_path, "hang")
     bench = subprocess.Popen(
         [sys.executable, "-m", "glm5svc", "bench", "--python", str(python), "--base-url",
-         healthy_server, "--tokenizer", "/t", "--ladder", "8", "--num-prompts", "32",
+         healthy_server, "--tokenizer", "/t", "--ladder", "8",
          "--baseline", "none", "--results-dir", str(tmp_path / "results"), "--json"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
     )  # fmt: skip
@@ -170,7 +170,11 @@ def summary_file(path: Path, tput: float, input_len: int = 64, output_len: int =
         "started_at": "2026-12-01T00:00:00+00:00",
         "plan": {"input_len": input_len, "output_len": output_len},
         "levels": [{"concurrency": 8, "requested": 32, "metrics": line,
-                    "telemetry": None, "returncode": 0}],
+                    "telemetry": None, "returncode": 0,
+                    # Steady windows within 0.5 %: the gate's replication.
+                    "steady": {"windows": [
+                        {"throughput": tput * f, "window": {"output_throughput": tput / 3 * f}}
+                        for f in (0.995, 1.005, 0.9975, 1.0025)]}}],
     }  # fmt: skip
     path.write_text(json.dumps(data))
     return path

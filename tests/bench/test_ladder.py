@@ -157,7 +157,7 @@ def test_cli_regression_exit_and_no_telemetry(
     huge = write_baseline(tmp_path / "huge.json", {8: 1e6}, 32, 8)
     argv = [
         "bench", "--ladder", "8", "--input-len", "32", "--output-len", "8",
-        "--num-prompts", "16", "--base-url", engine.base_url, "--python", bench_python,
+        "--base-url", engine.base_url, "--python", bench_python,
         "--tokenizer", tiny_tokenizer, "--model", "glm-5",
         "--results-dir", str(tmp_path / "r"), "--baseline", str(huge), "--json",
     ]  # fmt: skip
@@ -165,7 +165,7 @@ def test_cli_regression_exit_and_no_telemetry(
     assert main([*argv, "--fail-on-regression"]) == 3
     summary = json.loads(capsys.readouterr().out)
     level = summary["levels"][0]
-    assert level["completed"] == level["requested"] >= 16  # runs are sized to the window
+    assert level["completed"] == level["requested"] > 0  # runs are sized to the window
     baseline = summary["verdicts"]["baseline"]
     assert baseline["judged"] and baseline["regressed"]
     assert len(level["steady"]["windows"]) == 2 and summary["plan"]["steady"] is True

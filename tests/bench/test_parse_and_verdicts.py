@@ -56,6 +56,25 @@ def test_rejects_lines_that_are_not_results(line):
         parse_bench_line(line)
 
 
+def steady(total, output, spread=0.004):
+    """A level's steady record: four windows within +/- spread of the figures."""
+    factors = (1 - spread, 1 + spread, 1 - spread / 2, 1 + spread / 2)
+    return {"windows": [{"throughput": total * f, "window": {"output_throughput": output * f}}
+                        for f in factors]}  # fmt: skip
+
+
+def windows_of(figures: dict[int, tuple[float, float]]) -> dict[str, dict[str, list[float]]]:
+    """A baseline's "windows": {concurrency: (total, output)} as four windows each."""
+    found = {}
+    for c, (total, output) in figures.items():
+        runs = steady(total, output)["windows"]
+        found[str(c)] = {
+            "total_throughput": [r["throughput"] for r in runs],
+            "output_throughput": [r["window"]["output_throughput"] for r in runs],
+        }
+    return found  # fmt: skip
+
+
 def level(c, total, e2e_mean, share=None, requested=10, completed=10, output=None):
     metrics = parse_bench_line(
         {
@@ -75,7 +94,8 @@ def level(c, total, e2e_mean, share=None, requested=10, completed=10, output=Non
         if share is not None
         else unavailable("no NVIDIA driver")
     )
-    return LevelResult(c, requested, metrics, telemetry, 0, 1.0)
+    windows = steady(total, output if output is not None else total / 3)
+    return LevelResult(c, requested, metrics, telemetry, 0, 1.0, steady=windows)
 
 
 def test_knee_is_where_gain_falls_under_threshold_while_latency_rises():
@@ -115,18 +135,39 @@ def test_reference_baseline_ships_with_absent_levels_absent():
 
 
 def test_baseline_comparison_flags_drops_beyond_threshold():
-    ref = load_baseline("reference-8x-rtx-pro-6000")
+    """Judged on the steady windows of both sides: a 10 % drop of total tok/s regresses,
+    an unchanged figure does not; req/s and peak are shown, not judged; a baseline with no
+    windows (the shipped reference) gives figures but no verdict, and says why."""
+    figures = {"64": {"total_throughput": 689, "output_throughput": 689 / 3,
+                      "request_throughput": 6.89},
+               "256": {"total_throughput": 1950, "output_throughput": 650,
+                       "request_throughput": 19.5}}  # fmt: skip
+    own = {
+        "name": "own",
+        "levels": figures,
+        "windows": windows_of({64: (689, 689 / 3), 256: (1950, 650)}),
+    }
     levels = [level(64, 689, 100), level(256, 1950 * 0.9, 150, output=650), level(2048, 5000, 900)]
-    result = compare_with_baseline(levels, ref, threshold_pct=5)
-    assert result["regressed"]
+    result = compare_with_baseline(levels, own, threshold_pct=5)
+    assert result["regressed"] and result["judged"]
     by_key = {(r["concurrency"], r["metric"]): r for r in result["rows"]}
     assert by_key[(64, "total_throughput")]["change_pct"] == pytest.approx(0.0)
+    assert by_key[(64, "total_throughput")]["judged"]
     assert not by_key[(64, "total_throughput")]["regressed"]
     assert by_key[(256, "total_throughput")]["change_pct"] == pytest.approx(-10.0)
     assert by_key[(256, "total_throughput")]["regressed"]
+    low, high = by_key[(256, "total_throughput")]["interval_pct"]
+    assert low < -10 < high < 0
     assert not by_key[(256, "output_throughput")]["regressed"]
+    assert not by_key[(256, "request_throughput")]["judged"]  # whole-run, ramps included
+    assert "not judged" in result["text"] or "below baseline" in result["text"]
     assert result["levels_without_baseline"] == [2048]
-    assert not compare_with_baseline(levels, ref, threshold_pct=15)["regressed"]
+    # A drop of 10 % is within a 25 % gate (not beyond half of it).
+    assert not compare_with_baseline(levels, own, threshold_pct=25)["regressed"]
+    shipped = compare_with_baseline(levels, load_baseline("reference-8x-rtx-pro-6000"), 5)
+    assert not shipped["regressed"] and not shipped["judged"]
+    assert all(not row["judged"] for row in shipped["rows"])
+    assert "cannot judge" in shipped["text"] and "fewer than 2 steady windows" in shipped["text"]
 
 
 def test_bad_baseline_references_name_the_fix(tmp_path):
@@ -144,7 +185,8 @@ def summary_of(levels, regressed):
         run_id="r1", kind="post-start", started_at="t0", finished_at="t1", plan={},
         levels=levels, stopped_reason=None, telemetry_status="no NVIDIA driver",
         verdicts={"baseline": compare_with_baseline(
-            levels, {"name": "b", "levels": {"64": {"total_throughput": 2000 if regressed else 1}}},
+            levels, {"name": "b", "levels": {"64": {"total_throughput": 2000 if regressed else 1}},
+                     "windows": windows_of({64: (2000 if regressed else 1, 1)})},
             5)},
     )  # fmt: skip
 

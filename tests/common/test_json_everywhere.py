@@ -95,8 +95,9 @@ class Env:
         )
         return [
             *wave, "bench", "--python", str(python), "--base-url", f"http://127.0.0.1:{port}",
-            "--tokenizer", "/t", "--ladder", "8", "--num-prompts", "32", "--baseline", "none",
+            "--tokenizer", "/t", "--ladder", "8", "--baseline", "none",
             "--results-dir", str(self.tmp / "results"), "--level-timeout", "20",
+            *([] if steady else ["--num-prompts", "32"]),
         ]  # fmt: skip
 
     def summary(self, throughput: float) -> str:

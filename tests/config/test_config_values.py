@@ -191,7 +191,7 @@ def test_merge_keys_still_work_and_name_their_lines():
         parse_config(text, source="glm5.yaml")
     assert caught.value.problems == [
         "line 1: x: unknown key (allowed here: model, server, gpus, tuning, service, "
-        "telemetry, benchmark, fleet, multinode)"
+        "telemetry, benchmark, fleet, multinode, monitoring)"
     ]
 
 

@@ -5,6 +5,7 @@ give, through the instance and GPU variables."""
 from __future__ import annotations
 
 import json
+import re
 import tomllib
 from pathlib import Path
 
@@ -85,3 +86,36 @@ def test_glm5svc_needs_nothing_of_the_sdk():
         if "grafana_foundation_sdk" in path.read_text(encoding="utf-8")
     ]
     assert importers == []
+
+
+def test_every_legend_names_the_instance_and_every_rate_its_interval():
+    for panel in committed()["panels"]:
+        for target in panel.get("targets", []):
+            if panel["type"] != "heatmap":  # a heatmap's series are its buckets
+                assert "{{instance}}" in target["legendFormat"], panel["title"]
+            ranges = re.findall(r"\[([^\]]+)\]", target["expr"])
+            assert all(r == "$__rate_interval" for r in ranges if panel["type"] != "stat"), panel
+
+
+def test_it_has_the_request_error_latency_and_heatmap_panels():
+    panels = {panel["title"]: panel for panel in committed()["panels"]}
+    assert {"Requests/s by status", "Error rate (5xx)", "End-to-end latency", "Queue time"} <= set(
+        panels
+    )
+    heat = panels["Time to first token (heatmap)"]
+    assert heat["type"] == "heatmap" and heat["targets"][0]["format"] == "heatmap"
+    assert "time_to_first_token_seconds_bucket" in heat["targets"][0]["expr"]
+
+
+def test_the_grafana_provisioning_files_ship_beside_the_dashboard():
+    folder = DASHBOARD.parent / "grafana"
+    source = yaml.safe_load((folder / "datasource.yml").read_text())
+    provider = yaml.safe_load((folder / "dashboards.yml").read_text())
+    assert source["apiVersion"] == provider["apiVersion"] == 1
+    (prometheus,) = source["datasources"]
+    assert prometheus["type"] == "prometheus"
+    role = yaml.safe_load((REPO / "roles/glm5_monitoring/defaults/main.yml").read_text())
+    assert prometheus["url"] == f"http://{role['glm5_monitoring_listen_address']}"
+    assert prometheus["jsonData"]["timeInterval"] == role["glm5_monitoring_scrape_interval"]
+    assert provider["providers"][0]["type"] == "file"
+    assert provider["providers"][0]["options"]["path"]
