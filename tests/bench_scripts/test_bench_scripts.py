@@ -42,11 +42,10 @@ SHORT_RUN_TESTS = {
 
 
 RECORDED_POWER_SHORT = (
-    "the search writes a +10 % live cap in 17 % (5 s windows), 47 % (10 s) and 58 % (20 s) of "
-    "100 tunes on the H200's recorded windows (bench/tune_recorded.py --seeds 100, "
-    "2026-12-04): the first start's paired windows leave it undecided in 22-48 %, and the "
-    "confirming start, looked at after every block, clears its bar (a lower bound above the "
-    "minimum effect) in 33-74 % of the rest"
+    "the search writes a +10 % live cap in 17 % (5 s windows), 47 % (10 s), 58 % (20 s) and "
+    "73 % (39 s) of 100 tunes on the H200's recorded windows (docs/performance-tune.md): the "
+    "screen leaves it undecided in 18-48 %, and the confirming start, looked at after every "
+    "block, clears its bar (a lower bound above the minimum effect) in 33-89 % of the rest"
 )
 
 
