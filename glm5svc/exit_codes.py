@@ -15,6 +15,7 @@ CONFIG = (78, "the configuration or an input is refused (file, key, cause and fi
 EXIT_CODES: dict[str, tuple[tuple[int, str], ...]] = {
     "validate": ((0, "the configuration is valid"), CONFIG),
     "command": ((0, "the plan printed"), CONFIG),
+    "rules": ((0, "the rules printed"), CONFIG),
     "preflight": ((0, "no check failed"), (1, "a check failed"), CONFIG),
     "serve": (
         (0, "stopped cleanly (drained)"),

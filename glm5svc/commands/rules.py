@@ -20,12 +20,14 @@ from glm5svc.config import (
     load_config,
 )
 from glm5svc.errors import ConfigError
+from glm5svc.exit_codes import epilog
 from glm5svc.monitoring_rules import render_text
 
 
 def register(subparsers):
     parser = subparsers.add_parser(
         "rules",
+        epilog=epilog("rules"),
         help="print the Prometheus rules and alerts for the configuration's objectives "
         "(monitoring:)",
     )
