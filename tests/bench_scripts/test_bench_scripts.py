@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from bench import tune_recorded
 from bench.phases import run_phases
 from testkit.script_run import run_script
 
@@ -35,8 +36,17 @@ SHORT_RUN_TESTS = {
     "telemetry.py": "test_telemetry_short",
     "tune_fleet.py": "test_tune_fleet_short",
     "tune_plan.py": "test_tune_plan_short",
+    "tune_recorded.py": "test_tune_recorded_short",
     "tune_search.py": "test_tune_search_short",
 }
+
+
+RECORDED_POWER_SHORT = (
+    "the search writes a +10 % live cap in 17 % (5 s windows), 47 % (10 s), 58 % (20 s) and "
+    "73 % (39 s) of 100 tunes on the H200's recorded windows (docs/performance-tune.md): the "
+    "screen leaves it undecided in 18-48 %, and the confirming start, looked at after every "
+    "block, clears its bar (a lower bound above the minimum effect) in 33-89 % of the rest"
+)
 
 
 def run(argv: list[str], timeout: float, **env: str) -> subprocess.CompletedProcess:
@@ -147,6 +157,45 @@ def test_tune_search_short(tmp_path):
     # Graphs double the throughput: no noise level leaves the search below its start.
     assert all(r["worse_than_start"] == 0 and r["mean_starts"] >= 3 for r in rows)
     assert "the search ends on the optimum" in done.stdout
+
+
+@pytest.fixture(scope="module")
+def recorded_tunes(tmp_path_factory) -> tuple[dict, str]:
+    """bench/tune_recorded.py --short: its figures and what it printed."""
+    out = tmp_path_factory.mktemp("recorded") / "recorded.json"
+    done = run([sys.executable, "bench/tune_recorded.py", "--short", "--out", str(out)], 300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return json.loads(out.read_text()), done.stdout
+
+
+def test_tune_recorded_short(recorded_tunes):
+    """The real Search on the H200's recorded windows, at the tune's window (or the longest
+    the recording represents, where that is shorter): with no effect anywhere it writes a
+    change in at most 5 % of tunes. The seeds are few, so the rate fails only where it is
+    above the target beyond what they can tell (the exact binomial bound at 99 %,
+    one-sided)."""
+    figures, printed = recorded_tunes
+    default = tune_recorded.tune_window()[0]
+    assert figures["default_window_s"] == default
+    assert figures["window_s"] == min(default, figures["longest_represented_s"])
+    assert f"window {figures['window_s']:g} s" in printed
+    null, effect = figures["rows"]
+    for row in (null, effect):
+        assert len(row["tunes"]) == figures["seeds"] == tune_recorded.SHORT_SEEDS
+        assert row["mean_starts"] >= 2  # the start and the null knob's
+    promoted = null["false_promotion"]
+    low, _ = tune_recorded.clopper_pearson(promoted["hits"], promoted["n"], 0.98)
+    assert low <= tune_recorded.FALSE_PROMOTION_TARGET, (promoted, printed)
+
+
+@pytest.mark.xfail(strict=True, reason=RECORDED_POWER_SHORT)
+def test_tune_recorded_power(recorded_tunes):
+    """A +10 % live cap is written in at least 80 % of tunes (failing only where the rate is
+    below the target beyond what the seeds can tell, as above)."""
+    figures, printed = recorded_tunes
+    power = figures["rows"][1]["power"]
+    _, high = tune_recorded.clopper_pearson(power["hits"], power["n"], 0.98)
+    assert high >= tune_recorded.POWER_TARGET, (power, printed)
 
 
 def test_overhead_short():
