@@ -65,6 +65,9 @@ MAX_DUPLICATE_PROPOSALS = 5  # the sampler keeps proposing tried settings: the s
 NOT_COMPARABLE = "not comparable"
 CONFIRMED, NOT_CONFIRMED, CUT = "confirmed", "not confirmed", "cut"
 CONFIRMATION_ROUNDS = 2  # times --max-repeats: the rounds a confirming start may measure
+# A live comparison is looked at every two A B B A blocks: half the looks of one a block, so
+# each keeps twice the error rate (bench/tune_recorded.py: the screen's power).
+BLOCKS_PER_LOOK = 2
 ANOTHER_START = "another start of the best"
 INFEASIBLE = "over the latency limits"
 DEFAULT_VOCAB = 32_000
@@ -548,7 +551,27 @@ class Search:
     # ----- one engine start ------------------------------------------------------------
 
     def _live_looks(self) -> int:
-        return max(1, self.settings.max_repeats // PAIRS_PER_LOOK)
+        """Looks a live comparison may take: one every BLOCKS_PER_LOOK blocks of a start, for
+        each of the starts it can span."""
+        per_start = max(1, self.settings.max_repeats // (PAIRS_PER_LOOK * BLOCKS_PER_LOOK))
+        return per_start * MAX_STARTS
+
+    def _judge_live(self, mine: list[float], theirs: list[float], key: str) -> Verdict:
+        """Live values by their paired windows, looked at every BLOCKS_PER_LOOK whole
+        blocks (look k: the first k x BLOCKS_PER_LOOK blocks), the same numbering within a
+        start (the decider) and after it (the verdict), so no pair is looked at twice
+        under two numberings."""
+        pairs = min(len(mine), len(theirs))
+        look = pairs // (PAIRS_PER_LOOK * BLOCKS_PER_LOOK)
+        if look < 1:
+            return Verdict(UNDECIDED, None, f"fewer than {PAIRS_PER_LOOK * BLOCKS_PER_LOOK} "
+                           "paired windows: not a look yet")  # fmt: skip
+        used = look * PAIRS_PER_LOOK * BLOCKS_PER_LOOK
+        return judge_paired(
+            mine[:used], theirs[:used], min_effect=self.settings.min_effect,
+            confidence=self.settings.confidence, comparisons=self.comparison_share(key),
+            looks=self._live_looks(), look=look,
+        )  # fmt: skip
 
     def _live_values(self) -> tuple[int, ...]:
         return tuple(int(v) for v in self.live.values) if self.live else ()  # type: ignore[arg-type]
@@ -709,12 +732,11 @@ class Search:
             if value == incumbent:
                 continue
             rounds = sorted(set(mine) & set(theirs))
-            verdict = judge_paired(
-                [mine[r] for r in rounds], [theirs[r] for r in rounds],
-                min_effect=self.settings.min_effect, confidence=self.settings.confidence,
-                comparisons=self.comparison_share(_key({**candidate, self.live.name: value})),
-                looks=self._live_looks(),
-            )  # fmt: skip
+            verdict = self._judge_live(
+                [mine[r] for r in rounds],
+                [theirs[r] for r in rounds],
+                _key({**candidate, self.live.name: value}),
+            )
             if verdict.kind == UNDECIDED:
                 return True
         return False
@@ -731,12 +753,7 @@ class Search:
         comparisons = self.comparison_share(_key(record.candidate))
         if self.combo_key(record.candidate) == self.combo_key(best.candidate):
             mine, theirs = paired_windows(self.records, record.candidate, best.candidate)
-            verdict = judge_paired(
-                mine, theirs, min_effect=self.settings.min_effect,
-                confidence=self.settings.confidence, comparisons=comparisons,
-                looks=self._live_looks() * MAX_STARTS,
-            )  # fmt: skip
-            return DONE, verdict
+            return DONE, self._judge_live(mine, theirs, _key(record.candidate))
         return next_step(
             [*self._start_records(), *extra], _key(record.candidate), _key(best.candidate),
             min_effect=self.settings.min_effect, confidence=self.settings.confidence,

@@ -55,9 +55,9 @@ MIN_REPEATS = int(os.environ.get("GPU_LAB_TUNE_MIN_REPEATS", "2"))
 MAX_REPEATS = int(os.environ.get("GPU_LAB_TUNE_MAX_REPEATS", "8"))
 # Windows under the start's one load: this long each, a settle period after each live
 # change, a warm-up until two agree within the tolerance or the bound.
-WINDOW_S = float(os.environ.get("GPU_LAB_TUNE_WINDOW_S", "5"))
-SETTLE_S = float(os.environ.get("GPU_LAB_TUNE_SETTLE_S", "2"))
-WARMUP_MAX_S = float(os.environ.get("GPU_LAB_TUNE_WARMUP_MAX_S", "30"))
+WINDOW_S = float(os.environ.get("GPU_LAB_TUNE_WINDOW_S", "10"))
+SETTLE_S = float(os.environ.get("GPU_LAB_TUNE_SETTLE_S", "4"))
+WARMUP_MAX_S = float(os.environ.get("GPU_LAB_TUNE_WARMUP_MAX_S", "60"))
 WARMUP_TOLERANCE_PCT = float(os.environ.get("GPU_LAB_TUNE_WARMUP_TOLERANCE_PCT", "5"))
 # The grid: every combination of the space's restart knobs, in this order (one engine
 # start each, measuring every live value), so the same combination is started more than

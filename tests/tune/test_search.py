@@ -215,10 +215,10 @@ def test_live_values_are_judged_by_paired_windows(tmp_path):
         if r.start == 0 and r.candidate[CAP] != START[CAP] and r.status == "measured"
     ]  # fmt: skip
     assert cap_records and all("paired window" in r.verdict for r in cap_records)
-    # Only whole A B B A blocks count: an even number of pairs, look k = pairs / 2.
+    # Only whole A B B A blocks count, looked at every two blocks: look k = pairs / 4.
     for record in cap_records:
         pairs = int(record.verdict.split(" over ")[1].split(" paired")[0])
-        assert pairs % 2 == 0 and f"look {pairs // 2}" in record.verdict
+        assert pairs % 4 == 0 and f"look {pairs // 4}" in record.verdict
     # 256 and 1024 are 4x and 8x over 64: decided within the first start.
     assert any(r.became_best and r.start == 0 and r.candidate[CAP] == 1024 for r in run.records)
 
