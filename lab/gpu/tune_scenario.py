@@ -54,8 +54,12 @@ LENGTH_RATIO = 0.5  # lengths uniform in [half, full]: requests do not move in w
 MIN_REPEATS = int(os.environ.get("GPU_LAB_TUNE_MIN_REPEATS", "2"))
 MAX_REPEATS = int(os.environ.get("GPU_LAB_TUNE_MAX_REPEATS", "8"))
 # Windows under the start's one load: this long each, a settle period after each live
-# change, a warm-up until two agree within the tolerance or the bound.
-WINDOW_S = float(os.environ.get("GPU_LAB_TUNE_WINDOW_S", "10"))
+# change, a warm-up until two agree within the tolerance or the bound. 40 s: windows within
+# a start spread 4 % there against 10.8 % at 10 s (the precision scenario), and the search
+# on the recorded noise writes a +10 % cap in 90 % of tunes there against 74 % at 10 s
+# (bench/tune_recorded.py, docs/performance-tune.md). A device call that must fit its
+# 10 minutes sets GPU_LAB_TUNE_WINDOW_S=10 and says so.
+WINDOW_S = float(os.environ.get("GPU_LAB_TUNE_WINDOW_S", "40"))
 SETTLE_S = float(os.environ.get("GPU_LAB_TUNE_SETTLE_S", "4"))
 WARMUP_MAX_S = float(os.environ.get("GPU_LAB_TUNE_WARMUP_MAX_S", "60"))
 WARMUP_TOLERANCE_PCT = float(os.environ.get("GPU_LAB_TUNE_WARMUP_TOLERANCE_PCT", "5"))
