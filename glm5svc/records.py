@@ -233,20 +233,11 @@ class LastRun:
     def read(cls, results_dir: str | Path) -> LastRun | None:
         """The record in results_dir; None when there is none. RecordError (naming the
         file and the fix) when the file is not a last-run record."""
-        path = Path(results_dir) / LAST_RUN_FILE
-        try:
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            raise RecordError(f"{path}: cannot read it: {exc.strerror or exc}") from None
-        try:
-            return cls.from_json(text)
-        except RecordError as exc:
-            raise RecordError(
-                f"{path}: {exc}; glm5svc serve writes it again when it next stops "
-                "(remove it to forget the last run)"
-            ) from None
+        return _read_record(
+            cls, Path(results_dir) / LAST_RUN_FILE,
+            "glm5svc serve writes it again when it next stops (remove it to forget the last "
+            "run)",
+        )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -339,20 +330,10 @@ class LastNight:
     def read(cls, results_dir: str | Path) -> LastNight | None:
         """The record in results_dir; None when no night ended there. RecordError (naming
         the file) when the file is not a last-night record."""
-        path = Path(results_dir) / LAST_NIGHT_FILE
-        try:
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            raise RecordError(f"{path}: cannot read it: {exc.strerror or exc}") from None
-        try:
-            return cls.from_json(text)
-        except RecordError as exc:
-            raise RecordError(
-                f"{path}: {exc}; the next `glm5svc night` writes it again (remove it to "
-                "forget the last night)"
-            ) from None
+        return _read_record(
+            cls, Path(results_dir) / LAST_NIGHT_FILE,
+            "the next `glm5svc night` writes it again (remove it to forget the last night)",
+        )  # fmt: skip
 
 
 # ----- the one writer and the one reader ------------------------------------------------
@@ -460,3 +441,18 @@ def _kind(value: Any) -> str:
 def _shown(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _read_record(cls, path: Path, rewritten_by: str):
+    """A record file read by its class's from_json: None when there is none, RecordError
+    naming the file, the cause and who writes it again."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise RecordError(f"{path}: cannot read it: {exc.strerror or exc}") from None
+    try:
+        return cls.from_json(text)
+    except RecordError as exc:
+        raise RecordError(f"{path}: {exc}; {rewritten_by}") from None
