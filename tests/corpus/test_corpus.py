@@ -143,9 +143,11 @@ def test_each_broken_input_gets_a_clean_answer(path, case_dir):
 SUBCOMMANDS = {
     "bench": ["bench", "--results-dir", "{dir}/bench-results"],
     "command": ["command", "--explain"],
+    "night": ["night", "status", "--json"],
     "patch": ["patch", "status"],
     "preflight": ["preflight", "--json"],
     "provision": None,  # runs Ansible against hosts: its own tests cover its inputs
+    "rules": ["rules"],
     "serve": ["serve"],
     "status": ["status", "--timeout", "1"],
     "telemetry": ["telemetry", "--json"],
