@@ -37,6 +37,11 @@ SHOWN_ONLY = {
     "peak_output_throughput": "one-second buckets overcount: shown, not judged",
 }
 MIN_WINDOWS = 2  # per side and level: a spread needs two
+# Without windows on a side, a drop is still a regression when it is beyond any run-to-run
+# spread seen: the H200's start-to-start spread (glm5svc/tune/start_model.py's prior), two
+# single figures, Student's t with the prior's degrees of freedom at the gate's level.
+RUN_TO_RUN_PRIOR = 0.15
+RUN_TO_RUN_DOF = 4
 
 
 def window_figures(steady: Any) -> dict[str, list[float]]:
@@ -94,10 +99,16 @@ def judge_rows(
             row["why_not_judged"] = SHOWN_ONLY[row["metric"]]
             continue
         if row not in candidates:
-            row["why_not_judged"] = (
+            why = (
                 f"fewer than {MIN_WINDOWS} steady windows on a side "
                 f"({_count(current, row)} vs {_count(baseline, row)}): no spread to judge by"
             )
+            if row["metric"] in JUDGED and _beyond_any_run_to_run_spread(row, effect):
+                row.update(judged=True, regressed=True, why_not_judged=None,
+                           judged_by=f"{why}; judged against {RUN_TO_RUN_PRIOR:.0%} from run "
+                           "to run instead")  # fmt: skip
+                continue
+            row["why_not_judged"] = why
             continue
         a = [math.log(v) for v in _values(current, row)]
         b = [math.log(v) for v in _values(baseline, row)]
@@ -118,6 +129,17 @@ def judge_rows(
         row["judged"] = True
         row["why_not_judged"] = None
         row["regressed"] = d + half < 0 and d < math.log1p(-effect / 2)
+
+
+def _beyond_any_run_to_run_spread(row: dict[str, Any], effect: float) -> bool:
+    """The single figures' drop exceeds the minimum effect by more than a run-to-run spread
+    of RUN_TO_RUN_PRIOR allows (one-sided at the gate's whole level)."""
+    now, then = row.get("current"), row.get("baseline")
+    if not (_usable(now) and _usable(then)):
+        return False
+    d = math.log(now) - math.log(then)
+    half = t_quantile(1 - FALSE_FAILURE, RUN_TO_RUN_DOF) * RUN_TO_RUN_PRIOR * math.sqrt(2)
+    return d + half < 0 and d < math.log1p(-effect / 2)
 
 
 def _values(side: dict[str, dict[str, list[float]]], row: dict[str, Any]) -> list[float]:

@@ -10,6 +10,7 @@ import json
 import random
 from pathlib import Path
 
+from glm5svc.bench.regression import judge_rows
 from glm5svc.bench.verdicts import COMPARED_METRICS, compare_figures
 
 RECORDED = json.loads(
@@ -77,3 +78,17 @@ def test_every_figure_shown_is_judged_or_says_why_not():
         assert not (row["judged"] and row["why_not_judged"]), row
     shown_only = [r for r in verdict["rows"] if r["metric"] == "request_throughput"]
     assert shown_only and all("shown, not judged" in r["why_not_judged"] for r in shown_only)
+
+
+def test_without_windows_only_a_drop_beyond_any_run_to_run_spread_is_judged():
+    """Single figures (a single-wave run, the shipped reference): -99 % is a regression,
+    judged against the run-to-run prior and saying so; -10 % cannot be told from noise."""
+    rows = [
+        {"concurrency": 4, "metric": "total_throughput", "current": 1.0, "baseline": 200.0},
+        {"concurrency": 8, "metric": "total_throughput", "current": 90.0, "baseline": 100.0},
+    ]
+    judge_rows(rows, {}, {}, 5.0)
+    huge, small = rows
+    assert huge["judged"] and huge["regressed"] and "run to run" in huge["judged_by"]
+    assert not small["judged"] and not small["regressed"]
+    assert "no spread to judge by" in small["why_not_judged"]
