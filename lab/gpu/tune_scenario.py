@@ -61,7 +61,7 @@ MAX_REPEATS = int(os.environ.get("GPU_LAB_TUNE_MAX_REPEATS", "8"))
 # 10 minutes sets GPU_LAB_TUNE_WINDOW_S=10 and says so.
 WINDOW_S = float(os.environ.get("GPU_LAB_TUNE_WINDOW_S", "40"))
 SETTLE_S = float(os.environ.get("GPU_LAB_TUNE_SETTLE_S", "4"))
-WARMUP_MAX_S = float(os.environ.get("GPU_LAB_TUNE_WARMUP_MAX_S", "60"))
+WARMUP_MAX_S = float(os.environ.get("GPU_LAB_TUNE_WARMUP_MAX_S", "80"))  # two windows
 WARMUP_TOLERANCE_PCT = float(os.environ.get("GPU_LAB_TUNE_WARMUP_TOLERANCE_PCT", "5"))
 # The grid: every combination of the space's restart knobs, in this order (one engine
 # start each, measuring every live value), so the same combination is started more than

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from lab.gpu.precision_figures import figures
 from testkit.bench_venv import build_bench_serving_venv
 from testkit.engine import TEST_ENGINE
 from testkit.script_run import run_script
@@ -177,3 +178,40 @@ def test_peer_scenario_rehearsed_on_the_test_engine(tmp_path):
         names = set(tar.getnames())
     assert "recorded/peer/auto-benchmark.yaml" in names
     assert any(n.endswith("live_results.jsonl") for n in names), names
+
+
+@pytest.mark.slow  # the bench_serving venv, as above (it makes the tokenizer)
+def test_precision_scenario_rehearsed_on_the_test_engine(tmp_path):
+    """Starts follow one another until the budget; each records every counter read with its
+    phase and cap, the live cap moves through the schedule, and the streaming probes time
+    their requests: what lab/gpu/precision_figures.py and the recorded-noise engine read."""
+    bench_python = build_bench_serving_venv()
+    fast_engine = f"{sys.executable} {TEST_ENGINE} --step-base-ms 1 --step-per-req-ms 0.01"
+    env = dict(
+        os.environ,
+        OUT=str(tmp_path / "out"),
+        GPU_LAB_ENGINE=fast_engine,
+        GPU_LAB_BENCH_PYTHON=str(bench_python),
+        GPU_LAB_TUNE_OUTPUT_LEN="16",
+        GPU_LAB_PRECISION_FIRST="1024:2,1024:3,64:2,192:2",
+        GPU_LAB_PRECISION_LATER="1024:2,1024:2,192:2",
+    )
+    done = run_script(
+        [sys.executable, "-m", "lab.gpu.remote", "precision", "--budget", "60"],
+        cwd=REPO, env=env, timeout=240,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    precision = json.loads((tmp_path / "out" / "results.json").read_text())["precision"]
+    assert "error" not in precision, precision
+    starts = precision["starts"]
+    assert len(starts) >= 2 and all(s["load"]["failed"] == 0 for s in starts), starts
+    assert [p["cap"] for p in starts[0]["phases"]] == [1024, 1024, 64, 192]
+    with tarfile.open(tmp_path / "out" / "recorded.tar.gz") as tar:
+        tar.extractall(tmp_path / "recorded", filter="data")
+    folder = tmp_path / "recorded" / "recorded" / "precision"
+    reads = json.loads((folder / "start1-reads.json").read_text())
+    assert {r["cap"] for r in reads["reads"]} == {64, 192, 1024}
+    assert reads["streamed"] and all(s[1] > 0 for s in reads["streamed"])
+    found = figures(folder)
+    assert found["starts"] == len(starts)
+    assert found["start_spread"]["output"][1024]["means"]
