@@ -27,10 +27,10 @@ from glm5svc.cli_options import Range, add_number
 from glm5svc.errors import ConfigError
 from glm5svc.exit_codes import epilog
 from glm5svc.json_output import emit
-from glm5svc.tune.settings import WorkloadOptions
 
 NIGHT_BUDGET_S = 8 * 3600.0
-DEFAULT_CONCURRENCY = WorkloadOptions.model_fields["concurrency"].default  # the tune's
+# The tune's own default (WorkloadOptions.concurrency; tests/night checks they agree).
+DEFAULT_CONCURRENCY = 256
 DEFAULT_WINDOWS = 3
 
 

@@ -13,10 +13,12 @@ from pathlib import Path
 import pytest
 
 from glm5svc.cli import main
+from glm5svc.commands.night import DEFAULT_CONCURRENCY
 from glm5svc.errors import ConfigError
 from glm5svc.night.chain import hand_back, workload_args
 from glm5svc.night.compare import compare_mornings
 from glm5svc.night.state import NightState, current_night, set_current
+from glm5svc.tune.settings import WorkloadOptions
 from glm5svc.unit_file import render_tune_unit, render_unit
 from tests.serve.test_unit_file import parse_unit, seconds
 
@@ -99,6 +101,7 @@ def test_a_step_cut_mid_way_runs_again_and_the_state_survives_a_reload(tmp_path)
 
 
 def test_the_night_and_the_tune_measure_the_same_workload():
+    assert DEFAULT_CONCURRENCY == WorkloadOptions.model_fields["concurrency"].default
     workload = {"concurrency": 32, "input_len": 16, "output_len": 8, "request_file": None}
     assert workload_args(workload, tune=True) == [
         "--concurrency", "32", "--input-len", "16", "--output-len", "8"]  # fmt: skip
