@@ -19,16 +19,26 @@ from testkit.engine import TEST_ENGINE
 from testkit.script_run import run_script
 
 REPO = Path(__file__).resolve().parents[2]
+FAST_ENGINE = f"{sys.executable} {TEST_ENGINE} --step-base-ms 1 --step-per-req-ms 0.01"
+
+
+def rehearsal_env(tmp_path: Path, engine: str = FAST_ENGINE, **variables: str) -> dict[str, str]:
+    """A scenario's environment on the CPU: the test engine for sglang (fast steps unless
+    said), the bench_serving venv (built once per machine; it makes the tokenizers), $OUT."""
+    return dict(
+        os.environ,
+        OUT=str(tmp_path / "out"),
+        GPU_LAB_ENGINE=engine,
+        GPU_LAB_BENCH_PYTHON=str(build_bench_serving_venv()),
+        **variables,
+    )
 
 
 @pytest.mark.slow  # the bench_serving venv (built once per machine) makes the tokenizers
 def test_drain_scenario_rehearsed_on_the_test_engine(tmp_path):
-    bench_python = build_bench_serving_venv()
-    env = dict(
-        os.environ,
-        OUT=str(tmp_path / "out"),
-        GPU_LAB_ENGINE=f"{sys.executable} {TEST_ENGINE}",
-        GPU_LAB_BENCH_PYTHON=str(bench_python),
+    env = rehearsal_env(
+        tmp_path,
+        engine=f"{sys.executable} {TEST_ENGINE}",
         GPU_LAB_DRAIN_TOKENS="60",
     )
     done = run_script(
@@ -47,13 +57,8 @@ def test_drain_scenario_rehearsed_on_the_test_engine(tmp_path):
 
 @pytest.mark.slow  # the bench_serving venv, as above
 def test_ratio_scenario_rehearsed_on_the_test_engine(tmp_path):
-    bench_python = build_bench_serving_venv()
-    fast_engine = f"{sys.executable} {TEST_ENGINE} --step-base-ms 1 --step-per-req-ms 0.01"
-    env = dict(
-        os.environ,
-        OUT=str(tmp_path / "out"),
-        GPU_LAB_ENGINE=fast_engine,
-        GPU_LAB_BENCH_PYTHON=str(bench_python),
+    env = rehearsal_env(
+        tmp_path,
         GPU_LAB_RATIO_LEVELS="8,16",
         GPU_LAB_RATIO_RUN_S="0.2",
         GPU_LAB_RATIO_INPUT_LEN="32",
@@ -85,13 +90,8 @@ def test_ratio_scenario_rehearsed_on_the_test_engine(tmp_path):
     importlib.util.find_spec("glm5svc.tune") is None, reason="glm5svc tune is not there yet"
 )
 def test_tune_scenario_rehearsed_on_the_test_engine(tmp_path):
-    bench_python = build_bench_serving_venv()
-    fast_engine = f"{sys.executable} {TEST_ENGINE} --step-base-ms 1 --step-per-req-ms 0.01"
-    env = dict(
-        os.environ,
-        OUT=str(tmp_path / "out"),
-        GPU_LAB_ENGINE=fast_engine,
-        GPU_LAB_BENCH_PYTHON=str(bench_python),
+    env = rehearsal_env(
+        tmp_path,
         GPU_LAB_TUNE_SETTLE_S="0.5",
         GPU_LAB_TUNE_OUTPUT_LEN="16",
         GPU_LAB_TUNE_MIN_REPEATS="2",
@@ -155,14 +155,7 @@ def test_peer_scenario_rehearsed_on_the_test_engine(tmp_path):
     missing = sglang_with_auto_benchmark(str(bench_python))
     if missing is not None:
         pytest.skip(missing)
-    fast_engine = f"{sys.executable} {TEST_ENGINE} --step-base-ms 1 --step-per-req-ms 0.01"
-    env = dict(
-        os.environ,
-        OUT=str(tmp_path / "out"),
-        GPU_LAB_ENGINE=fast_engine,
-        GPU_LAB_BENCH_PYTHON=str(bench_python),
-        GPU_LAB_TUNE_OUTPUT_LEN="16",
-    )
+    env = rehearsal_env(tmp_path, GPU_LAB_TUNE_OUTPUT_LEN="16")
     done = run_script(
         [sys.executable, "-m", "lab.gpu.remote", "peer", "--start", "before", "--budget", "300"],
         cwd=REPO, env=env, timeout=360,
@@ -185,13 +178,8 @@ def test_precision_scenario_rehearsed_on_the_test_engine(tmp_path):
     """Starts follow one another until the budget; each records every counter read with its
     phase and cap, the live cap moves through the schedule, and the streaming probes time
     their requests: what lab/gpu/precision_figures.py and the recorded-noise engine read."""
-    bench_python = build_bench_serving_venv()
-    fast_engine = f"{sys.executable} {TEST_ENGINE} --step-base-ms 1 --step-per-req-ms 0.01"
-    env = dict(
-        os.environ,
-        OUT=str(tmp_path / "out"),
-        GPU_LAB_ENGINE=fast_engine,
-        GPU_LAB_BENCH_PYTHON=str(bench_python),
+    env = rehearsal_env(
+        tmp_path,
         GPU_LAB_TUNE_OUTPUT_LEN="16",
         GPU_LAB_PRECISION_FIRST="1024:2,1024:3,64:2,192:2",
         GPU_LAB_PRECISION_LATER="1024:2,1024:2,192:2",
