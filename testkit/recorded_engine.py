@@ -85,9 +85,7 @@ class RecordedEngine:
                         round=round_index,
                     )
                 )
-            if round_index % 2 == 0:
-                continue  # a half block: the decider looks at whole A B B A blocks only
-            verdict = decide(runs)
+            verdict = decide(runs)  # after every round, as glm5svc/tune/trial.py asks
             if verdict != CONTINUE:
                 status = "pruned" if verdict == PRUNE else "measured"
                 return TrialOutcome(status, runs=runs, kv_pool_tokens=1000, wall_s=1.0)

@@ -26,8 +26,10 @@ block of windows, and stops on the first "better", promotes a setting with no re
 in at most 1 - confidence of tunes. "Equivalent" keeps the start, so its interval (two
 one-sided tests at 1 - confidence, spent over looks the same way) needs no correction for
 the number of comparisons: a wrong "equivalent" costs a gain, never writes a change.
-- Live settings are looked at after each whole A B B A block (two pairs): look k uses the
-  first 2k pairs, so linear drift within a block cancels and no pair is looked at twice.
+- Live settings are looked at from their first pair (look k: the first k pairs), the pair
+  spread from their own pairs, the search's other live pairs on the machine and a prior
+  (PairNoise), so a large effect is called in its first few pairs and no pair is looked at
+  twice; rounds alternate A B, B A, so a linear drift cancels over every two pairs.
 - Restart settings are looked at once per engine start of either side after the
   candidate's first (look k: the k-th such start). Within a start, the search only asks
   whether the candidate is clearly behind (`worse`), which stops that start early and can
@@ -40,16 +42,23 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
-from glm5svc.tune.start_model import PRIOR_START_SPREAD, PRIOR_WEIGHT, StartModel, StartRecord
+from glm5svc.tune.start_model import (
+    PAIR_PRIOR_WEIGHT,
+    PAIR_SPREAD_PRIOR,
+    PRIOR_START_SPREAD,
+    PRIOR_WEIGHT,
+    StartModel,
+    StartRecord,
+)
 from glm5svc.tune.stats import student_t_quantile as t_quantile
 
 BETTER, WORSE, EQUIVALENT, UNDECIDED = "better", "worse", "equivalent", "undecided"
 FUTILE_AFTER = 2  # starts a side after which an estimate under the bar stops a comparison
 MAX_STARTS = 6  # per candidate and comparison
-PAIRS_PER_LOOK = 2  # an A B B A block of a live comparison
-# Looks of a live comparison, at most: --max-repeats' default (16 rounds) in blocks, for each
-# of the starts a comparison can span (the search passes its own bound).
-MAX_LOOKS = 8
+PAIRS_PER_LOOK = 2  # an A B B A block (a planned test looks at whole blocks)
+# Looks of a live comparison, at most: one a pair, --max-repeats' default (16 rounds) for
+# each of the starts a comparison can span (the search passes its own bound).
+MAX_LOOKS = 16 * MAX_STARTS
 
 
 @dataclass(frozen=True)
@@ -162,6 +171,65 @@ def judge_starts(
     return Verdict(classify(gain, min_effect), gain, why)
 
 
+@dataclass(frozen=True)
+class PairNoise:
+    """The spread of one window pair's log ratio that a live comparison uses beside its own
+    pairs: a prior, counted as `weight` degrees of freedom, and the squared deviations the
+    search's other live comparisons on this machine showed (`pooled_ss` over
+    `pooled_dof`). Without it a comparison's first pairs have almost no degrees of freedom,
+    and even a 2x effect waits for many of them; with it the first pairs can decide a large
+    effect, and the prior yields to what this machine's pairs show wherever they are wider."""
+
+    prior: float = PAIR_SPREAD_PRIOR
+    weight: float = PAIR_PRIOR_WEIGHT
+    pooled_ss: float = 0.0
+    pooled_dof: int = 0
+
+    def spread(self, own_ss: float, own_dof: int) -> tuple[float, float, str]:
+        """(sigma of a pair, its degrees of freedom, where it came from). The combined
+        estimate, unless this comparison's own pairs or the pooled ones (two degrees of
+        freedom or more) are wider: then the widest of them, with its own dof."""
+        combined = (own_ss + self.pooled_ss + self.weight * self.prior**2) / max(
+            1e-12, own_dof + self.pooled_dof + self.weight
+        )
+        choices = [(combined, own_dof + self.pooled_dof + self.weight, "combined")]
+        if own_dof >= 2:
+            choices.append((own_ss / own_dof, own_dof, "its own pairs"))
+        if self.pooled_dof >= 2:
+            choices.append((self.pooled_ss / self.pooled_dof, self.pooled_dof, "pooled pairs"))
+        variance, dof, source = max(choices, key=lambda c: c[0])
+        if dof <= 0:
+            return math.inf, 1.0, "no spread known"
+        return math.sqrt(variance), float(dof), source
+
+    def describe(self, sigma: float, source: str) -> str:
+        if source == "combined":
+            return (
+                f"pair spread {sigma:.1%} (the prior {self.prior:.1%} x {self.weight:g} dof, "
+                f"{self.pooled_dof} pooled dof)"
+            )
+        return f"pair spread {sigma:.1%} ({source}, wider than the prior {self.prior:.1%})"
+
+
+NO_PRIOR = PairNoise(prior=0.0, weight=0)
+
+
+def log_pairs(candidate: Sequence[float], incumbent: Sequence[float]) -> list[float]:
+    return [
+        math.log(c) - math.log(i)
+        for c, i in zip(candidate, incumbent, strict=False)
+        if c > 0 and i > 0
+    ]
+
+
+def squared_deviations(pairs: Sequence[float]) -> tuple[float, int]:
+    """(sum of squared deviations from the pairs' mean, degrees of freedom)."""
+    if len(pairs) < 2:
+        return 0.0, 0
+    mean = math.fsum(pairs) / len(pairs)
+    return math.fsum((x - mean) ** 2 for x in pairs), len(pairs) - 1
+
+
 def judge_paired(
     candidate: Sequence[float],
     incumbent: Sequence[float],
@@ -171,30 +239,29 @@ def judge_paired(
     comparisons: float = 1,
     looks: int = MAX_LOOKS,
     look: int | None = None,
+    noise: PairNoise = NO_PRIOR,
 ) -> Verdict:
-    """Settings measured interleaved in one start: window i of each forms a pair. Only whole
-    A B B A blocks count (look k: the first 2k pairs, of at most `looks` looks; `look`
-    numbers the look instead, for a test that looks only at planned points)."""
-    pairs = [
-        math.log(c) - math.log(i)
-        for c, i in zip(candidate, incumbent, strict=False)
-        if c > 0 and i > 0
-    ]
-    pairs = pairs[: len(pairs) - len(pairs) % PAIRS_PER_LOOK]
-    if len(pairs) < PAIRS_PER_LOOK:
-        return Verdict(UNDECIDED, None, f"fewer than {PAIRS_PER_LOOK} paired windows")
+    """Settings measured interleaved in one start: window i of each forms a pair. Looked at
+    from the first pair (look k: the first k pairs, of at most `looks`; `look` numbers the
+    look instead, for a test that looks only at planned points), the pair spread from the
+    pairs themselves and `noise` (a prior and the search's other pairs)."""
+    pairs = log_pairs(candidate, incumbent)
+    own_ss, own_dof = squared_deviations(pairs)
+    sigma, dof, source = noise.spread(own_ss, own_dof)
+    if not pairs or not math.isfinite(sigma):
+        return Verdict(UNDECIDED, None, f"{len(pairs)} paired window(s): no spread known yet")
     n = len(pairs)
-    look = n // PAIRS_PER_LOOK if look is None else look
+    look = n if look is None else look
     d = math.fsum(pairs) / n
-    var = math.fsum((x - d) ** 2 for x in pairs) / (n - 1)
-    se = math.sqrt(var / n)
-    q = _quantile(_one_sided(confidence, comparisons, look, looks), n - 1)
-    q_eq = _quantile(_one_sided(confidence, 1, look, looks), n - 1)
+    se = sigma / math.sqrt(n)
+    q = _quantile(_one_sided(confidence, comparisons, look, looks), dof)
+    q_eq = _quantile(_one_sided(confidence, 1, look, looks), dof)
     gain = _gain(d, se, q, "paired windows", n, n, q_equivalence=q_eq)
     kind = classify(gain, min_effect)
+    spread = "" if noise is NO_PRIOR else f", {noise.describe(sigma, source)}"
     why = (
-        f"{gain.estimate:+.1%} [{gain.low:+.1%}, {gain.high:+.1%}] over {n} paired window(s), "
-        f"look {look}"
+        f"{gain.estimate:+.1%} [{gain.low:+.1%}, {gain.high:+.1%}] over {n} paired window(s)"
+        f"{spread}, look {look}"
     )
     return Verdict(kind, gain, why)
 

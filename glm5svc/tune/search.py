@@ -34,18 +34,22 @@ from glm5svc.tune.decision import (
     BETTER,
     DONE,
     MAX_STARTS,
+    PAIR_PRIOR_WEIGHT,
     PAIRS_PER_LOOK,
     START_CANDIDATE,
     START_INCUMBENT,
     UNDECIDED,
     WORSE,
+    PairNoise,
     StartModel,
     StartRecord,
     Verdict,
     clearly_behind,
     judge_paired,
     judge_starts,
+    log_pairs,
     next_step,
+    squared_deviations,
 )
 from glm5svc.tune.estimate import CONFIRMATION_STARTS
 from glm5svc.tune.evidence import (
@@ -65,9 +69,6 @@ MAX_DUPLICATE_PROPOSALS = 5  # the sampler keeps proposing tried settings: the s
 NOT_COMPARABLE = "not comparable"
 CONFIRMED, NOT_CONFIRMED, CUT = "confirmed", "not confirmed", "cut"
 CONFIRMATION_ROUNDS = 2  # times --max-repeats: the rounds a confirming start may measure
-# A live comparison is looked at every two A B B A blocks: half the looks of one a block, so
-# each keeps twice the error rate (bench/tune_recorded.py: the screen's power).
-BLOCKS_PER_LOOK = 2
 ANOTHER_START = "another start of the best"
 INFEASIBLE = "over the latency limits"
 DEFAULT_VOCAB = 32_000
@@ -551,27 +552,45 @@ class Search:
     # ----- one engine start ------------------------------------------------------------
 
     def _live_looks(self) -> int:
-        """Looks a live comparison may take: one every BLOCKS_PER_LOOK blocks of a start, for
-        each of the starts it can span."""
-        per_start = max(1, self.settings.max_repeats // (PAIRS_PER_LOOK * BLOCKS_PER_LOOK))
-        return per_start * MAX_STARTS
+        """Looks a live comparison may take: one a pair, for each of the starts it can span."""
+        return max(1, self.settings.max_repeats) * MAX_STARTS
 
     def _judge_live(self, mine: list[float], theirs: list[float], key: str) -> Verdict:
-        """Live values by their paired windows, looked at every BLOCKS_PER_LOOK whole
-        blocks (look k: the first k x BLOCKS_PER_LOOK blocks), the same numbering within a
-        start (the decider) and after it (the verdict), so no pair is looked at twice
-        under two numberings."""
+        """Live values by their paired windows, looked at from the first pair (look k: the
+        first k pairs), the same numbering within a start (the decider) and after it (the
+        verdict), so no pair is looked at twice under two numberings; the pair spread from
+        the prior and the other live comparisons' pairs on this machine (PairNoise)."""
         pairs = min(len(mine), len(theirs))
-        look = pairs // (PAIRS_PER_LOOK * BLOCKS_PER_LOOK)
-        if look < 1:
-            return Verdict(UNDECIDED, None, f"fewer than {PAIRS_PER_LOOK * BLOCKS_PER_LOOK} "
-                           "paired windows: not a look yet")  # fmt: skip
-        used = look * PAIRS_PER_LOOK * BLOCKS_PER_LOOK
         return judge_paired(
-            mine[:used], theirs[:used], min_effect=self.settings.min_effect,
+            mine[:pairs], theirs[:pairs], min_effect=self.settings.min_effect,
             confidence=self.settings.confidence, comparisons=self.comparison_share(key),
-            looks=self._live_looks(), look=look,
+            looks=self._live_looks(), noise=self._pair_noise(key),
         )  # fmt: skip
+
+    def _pair_noise(self, key: str, extra: list[TrialRecord] = ()) -> PairNoise:
+        """The prior, and the squared deviations of every other live value's pairs against
+        its start's first value, start by start (the same machine's window noise)."""
+        ss, dof = 0.0, 0
+        by_start: dict[int, dict[str, dict[int, float]]] = {}
+        for record in [*self.records, *extra]:
+            if record.status != "measured" or record.start is None or record.confirming:
+                continue
+            series = by_start.setdefault(record.start, {})
+            series[_key(record.candidate)] = {r.round: r.throughput for r in record.runs}
+        for series in by_start.values():
+            names = list(series)
+            if len(names) < 2:
+                continue
+            reference = series[names[0]]
+            for name in names[1:]:
+                if key in (name, names[0]):
+                    continue
+                rounds = sorted(set(series[name]) & set(reference))
+                more_ss, more_dof = squared_deviations(
+                    log_pairs([series[name][r] for r in rounds], [reference[r] for r in rounds])
+                )
+                ss, dof = ss + more_ss, dof + more_dof
+        return PairNoise(self.settings.pair_spread_prior, PAIR_PRIOR_WEIGHT, ss, dof)
 
     def _live_values(self) -> tuple[int, ...]:
         return tuple(int(v) for v in self.live.values) if self.live else ()  # type: ignore[arg-type]
@@ -603,7 +622,9 @@ class Search:
             self.records.append(record)
             self._finish(trial, [record])
             return [record]
-        deadline = min(time.monotonic() + self.settings.trial_timeout_s, self.deadline)
+        # The executor bounds the engine's readiness by --trial-timeout; the measured rounds
+        # go on while the decider asks for them, up to the search's deadline.
+        deadline = self.deadline
         outcome = self.executor(
             start, candidate, mapping, decide or self._decider(candidate), deadline, live
         )
@@ -640,8 +661,8 @@ class Search:
         return records
 
     def _decider(self, candidate: dict[str, Value]) -> Callable[[list[RunFigures]], str]:
-        """Asked after every whole A B B A block of a start: it measures `min_repeats`
-        rounds, more, up to `max_repeats`, while a live value that runs beside the best's
+        """Asked after every round of a start: it measures `min_repeats` rounds, more, up
+        to `max_repeats`, while a live value that runs beside the best's
         (the start is the best's combination, or the first) is undecided against it by its
         paired windows. A start of another combination stops as soon as every live value
         is clearly behind the best (a `worse` at this look: it can never promote)."""
@@ -660,11 +681,15 @@ class Search:
                                            "by_value": by_value})  # fmt: skip
             rounds = max((r.round for r in runs), default=0) + 1
             best = self.best.mean if self.best else None
-            behind = self._clearly_behind(candidate, runs, rounds // PAIRS_PER_LOOK)
+            whole_block = rounds % PAIRS_PER_LOOK == 0  # the start model looks at blocks
+            behind = (
+                self._clearly_behind(candidate, runs, rounds // PAIRS_PER_LOOK)
+                if whole_block else None
+            )  # fmt: skip
             if behind is not None:
                 self.stopped_early.update(behind)
                 return PRUNE
-            if rounds <= PAIRS_PER_LOOK and best and settings.prune_below:
+            if whole_block and rounds <= PAIRS_PER_LOOK and best and settings.prune_below:
                 if max(samples) < settings.prune_below * best:
                     return PRUNE
             if self.should_stop() or rounds >= settings.max_repeats:
@@ -753,12 +778,27 @@ class Search:
         comparisons = self.comparison_share(_key(record.candidate))
         if self.combo_key(record.candidate) == self.combo_key(best.candidate):
             mine, theirs = paired_windows(self.records, record.candidate, best.candidate)
-            return DONE, self._judge_live(mine, theirs, _key(record.candidate))
+            verdict = self._judge_live(mine, theirs, _key(record.candidate))
+            return self._live_step(record, verdict), verdict
         return next_step(
             [*self._start_records(), *extra], _key(record.candidate), _key(best.candidate),
             min_effect=self.settings.min_effect, confidence=self.settings.confidence,
             comparisons=comparisons, prior=self.settings.start_spread_prior,
         )  # fmt: skip
+
+    def _live_step(self, record: TrialRecord, verdict: Verdict) -> str:
+        """An undecided live comparison whose interval still reaches past the minimum effect
+        goes on in another start of its combination (its pairs add up across starts), up to
+        MAX_STARTS; the search does not end while one is open and the budget allows."""
+        gain = verdict.gain
+        if verdict.kind != UNDECIDED or (gain is not None and gain.high <= self.settings.min_effect):
+            return DONE
+        starts = {
+            r.start for r in self.records
+            if r.start is not None and not r.confirming
+            and self.combo_key(r.candidate) == self.combo_key(record.candidate)
+        }  # fmt: skip
+        return START_CANDIDATE if len(starts) < MAX_STARTS else DONE
 
     def _judge(self, records: list[TrialRecord]) -> None:
         measured = [r for r in records if r.status == "measured" and r.samples]

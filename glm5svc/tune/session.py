@@ -270,7 +270,10 @@ class Tune:
         telemetry_status = None
         try:
             with telemetry_sampler(config=self.config) as (sampler, telemetry_status):
-                executor = self._executor(workload, sampler, settings.window_s, settings.settle_s)
+                executor = self._executor(
+                    workload, sampler, settings.window_s, settings.settle_s,
+                    settings.trial_timeout_s,
+                )  # fmt: skip
                 search = Search(
                     self.space,
                     self.mapping,
@@ -329,7 +332,8 @@ class Tune:
             self.ledger.record()
         return self.summary
 
-    def _executor(self, workload: Workload, sampler, window_s: float | None, settle_s: float):
+    def _executor(self, workload: Workload, sampler, window_s: float | None, settle_s: float,
+                  trial_timeout_s: float):  # fmt: skip
 
         def execute(number, candidate, mapping, decide, deadline, live_values) -> TrialOutcome:
             trial_dir = self.run_dir / STARTS_DIR / f"{number:03d}"
@@ -373,9 +377,13 @@ class Tune:
                     objective=workload.objective,
                     settle_s=settle_s,
                     decide=decide,
-                    # No measured run starts that cannot end by the budget's deadline, and
-                    # the one running at that deadline is cut.
-                    deadline=min(deadline, self.hard_deadline - self._run_s()),
+                    # The engine is ready and warm within --trial-timeout; no measured run
+                    # starts that cannot end by the budget's deadline, and the one running
+                    # at that deadline is cut.
+                    deadline=min(
+                        time.monotonic() + trial_timeout_s, deadline, self.hard_deadline
+                    ),
+                    measure_deadline=min(deadline, self.hard_deadline - self._run_s()),
                     sampler=sampler,
                     should_stop=lambda: (
                         self.should_stop() or time.monotonic() >= self.hard_deadline

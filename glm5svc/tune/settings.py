@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from glm5svc.cli_options import Option
 from glm5svc.config import ENGINE_READ_INTERVAL_S, MAX_COUNT, MAX_SECONDS, MAX_WINDOW_S
-from glm5svc.tune.start_model import PRIOR_START_SPREAD
+from glm5svc.tune.start_model import PAIR_SPREAD_PRIOR, PRIOR_START_SPREAD
 from glm5svc.tune.stats import CONFIDENCE_LEVELS
 
 WORKLOAD, LIMITS, SEARCH = "workload", "limits", "search"
@@ -81,6 +81,14 @@ class SearchSettings(_Settings):
         description="the spread of throughput from engine start to engine start assumed "
         "until the tune's own replicated starts show theirs (relative; the default is what "
         "the H200 testbed showed): lower it only with starts of your machine measured",
+    )
+    pair_spread_prior: Annotated[
+        float, Field(gt=0, lt=1), Option("--pair-spread-prior", SEARCH, metavar="SHARE")
+    ] = Field(
+        PAIR_SPREAD_PRIOR,
+        description="the spread of one window pair's ratio (two live values, one window "
+        "each) assumed beside the tune's own pairs, which replace it wherever they are "
+        "wider (relative; the default is what the H100 testbed's 10 s windows showed)",
     )
     window_s: Annotated[WindowSeconds | None, Option("--window", SEARCH, duration=True)] = Field(
         None,

@@ -19,6 +19,12 @@ import numpy as np
 # conservatively (eight starts, four degrees of freedom).
 PRIOR_START_SPREAD = 0.15
 PRIOR_WEIGHT = 4
+# The spread of one window pair's log ratio (two live values in one start) assumed until the
+# machine's pairs show theirs: no narrower than the H100's 10 s windows at cap 1024, 14-26 % a
+# window against 4-10 % at a cap under the concurrency (docs/performance-tune.md), counted
+# as four degrees of freedom.
+PAIR_SPREAD_PRIOR = 0.20
+PAIR_PRIOR_WEIGHT = 4
 
 
 @dataclass(frozen=True)

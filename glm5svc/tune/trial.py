@@ -119,7 +119,7 @@ class TrialRequest:
     bench: BenchPlan  # the window, warm-up, seed and declared prefix sharing
     load: LoadShape  # the start's one load
     decide: Decide
-    deadline: float  # time.monotonic() by which the trial must have ended
+    deadline: float  # time.monotonic() by which the engine must be ready and warm
     sampler: Any = None  # a telemetry WindowSampler, or None
     should_stop: Callable[[], bool] = lambda: False
     settle_s: float = 0.0  # after a live change, before the window
@@ -128,6 +128,9 @@ class TrialRequest:
     live_knob: str | None = None
     live_values: tuple[int, ...] = ()
     objective: str = "output_tokens"  # benchmark.objective: a window's figure
+    # By which the measured rounds end (default: `deadline`): a start that measures may go on
+    # past the trial's time limit while its decider asks for rounds and the budget allows.
+    measure_deadline: float | None = None
 
 
 def run_trial(request: TrialRequest) -> TrialOutcome:
@@ -190,7 +193,7 @@ def _measure(request: TrialRequest, serve: ChildGroup, outcome: TrialOutcome, t0
 
 def _rounds(request: TrialRequest, window: _Windows, client: EngineClient, outcome: TrialOutcome):
     """Rounds of one window per live value, in A B B A order, until the decider stops them
-    (it is asked after every whole block of two rounds)."""
+    (it is asked after every round)."""
     values: tuple[int | None, ...] = request.live_values or (None,)
     round_index = 0
     flagged = 0
@@ -200,7 +203,7 @@ def _rounds(request: TrialRequest, window: _Windows, client: EngineClient, outco
             if request.should_stop():
                 outcome.status = "interrupted"
                 return
-            if time.monotonic() + window.cost_s >= request.deadline:
+            if time.monotonic() + window.cost_s >= (request.measure_deadline or request.deadline):
                 outcome.diagnosis.append("the trial's time ran out; measured windows kept")
                 return
             if value is not None and request.live_knob:
@@ -229,8 +232,6 @@ def _rounds(request: TrialRequest, window: _Windows, client: EngineClient, outco
                 return
             outcome.runs.append(replace(figures, name=name, live_value=value, round=round_index))
         round_index += 1
-        if round_index % 2:
-            continue  # a half block: the decider looks at whole A B B A blocks only
         verdict = request.decide(outcome.runs)
         if verdict == PRUNE:
             outcome.status = "pruned"

@@ -65,9 +65,7 @@ class Executor:
                     self.model(setting) * effect * self.random.lognormvariate(0, self.noise)
                 )
                 runs.append(figures(throughput, live_value=value, round=round_index))
-            if (round_index + 1) % 2:
-                continue  # a half block: the decider is asked after whole blocks only
-            self.decided[-1].append(round_index + 1)
+            self.decided[-1].append(round_index + 1)  # asked after every round
             verdict = decide(list(runs))
             assert verdict in (CONTINUE, STOP, PRUNE), verdict
             if verdict == PRUNE:
