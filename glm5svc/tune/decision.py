@@ -47,9 +47,11 @@ from glm5svc.tune.start_model import (
     PAIR_SPREAD_PRIOR,
     PRIOR_START_SPREAD,
     PRIOR_WEIGHT,
+    SPREAD_FLOOR,
     StartModel,
     StartRecord,
 )
+from glm5svc.tune.stats import prior_contradicted
 from glm5svc.tune.stats import student_t_quantile as t_quantile
 
 BETTER, WORSE, EQUIVALENT, UNDECIDED = "better", "worse", "equivalent", "undecided"
@@ -131,7 +133,7 @@ def _spent(look: int, looks: int) -> float:
     return 1 / (max(1, look) * harmonic)
 
 
-def _one_sided(confidence: float, comparisons: float, look: int = 1,
+def one_sided_level(confidence: float, comparisons: float, look: int = 1,
                looks: int = MAX_LOOKS) -> float:  # fmt: skip
     """The one-sided level of the k-th look: (1 - confidence) / comparisons, spent over at
     most `looks` looks (_spent); 1 past the last look (an infinite bound)."""
@@ -139,7 +141,7 @@ def _one_sided(confidence: float, comparisons: float, look: int = 1,
     return 1 - (1 - confidence) / max(1.0, comparisons) * spent
 
 
-def _quantile(level: float, dof: float) -> float:
+def bound_quantile(level: float, dof: float) -> float:
     return math.inf if level >= 1 else t_quantile(level, dof)
 
 
@@ -160,8 +162,8 @@ def judge_starts(
     if candidate not in model.levels or incumbent not in model.levels:
         return Verdict(UNDECIDED, None, "no start measured")
     d, se = model.contrast(candidate, incumbent)
-    q = _quantile(_one_sided(confidence, comparisons, look, looks), model.dof)
-    q_eq = _quantile(_one_sided(confidence, 1, look, looks), model.dof)
+    q = bound_quantile(one_sided_level(confidence, comparisons, look, looks), model.dof)
+    q_eq = bound_quantile(one_sided_level(confidence, 1, look, looks), model.dof)
     gain = _gain(d, se, q, "starts", *counts, q_equivalence=q_eq)
     drift = "" if model.drift is None else f", drift {math.expm1(model.drift):+.2%} per start"
     why = (
@@ -197,6 +199,11 @@ class PairNoise:
             choices.append((own_ss / own_dof, own_dof, "its own pairs"))
         if self.pooled_dof >= 2:
             choices.append((self.pooled_ss / self.pooled_dof, self.pooled_dof, "pooled pairs"))
+        machine_ss, machine_dof = own_ss + self.pooled_ss, own_dof + self.pooled_dof
+        if prior_contradicted(machine_ss, machine_dof, self.prior):
+            # This machine's pairs are too narrow for the prior to be true: it yields.
+            variance = max(machine_ss / machine_dof, SPREAD_FLOOR**2)
+            choices[0] = (variance, machine_dof, "this machine's pairs")
         variance, dof, source = max(choices, key=lambda c: c[0])
         if dof <= 0:
             return math.inf, 1.0, "no spread known"
@@ -208,6 +215,8 @@ class PairNoise:
                 f"pair spread {sigma:.1%} (the prior {self.prior:.1%} x {self.weight:g} dof, "
                 f"{self.pooled_dof} pooled dof)"
             )
+        if source == "this machine's pairs":
+            return f"pair spread {sigma:.1%} ({source}: too narrow for the prior {self.prior:.1%})"
         return f"pair spread {sigma:.1%} ({source}, wider than the prior {self.prior:.1%})"
 
 
@@ -254,8 +263,8 @@ def judge_paired(
     look = n if look is None else look
     d = math.fsum(pairs) / n
     se = sigma / math.sqrt(n)
-    q = _quantile(_one_sided(confidence, comparisons, look, looks), dof)
-    q_eq = _quantile(_one_sided(confidence, 1, look, looks), dof)
+    q = bound_quantile(one_sided_level(confidence, comparisons, look, looks), dof)
+    q_eq = bound_quantile(one_sided_level(confidence, 1, look, looks), dof)
     gain = _gain(d, se, q, "paired windows", n, n, q_equivalence=q_eq)
     kind = classify(gain, min_effect)
     spread = "" if noise is NO_PRIOR else f", {noise.describe(sigma, source)}"

@@ -26,7 +26,9 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
-from glm5svc.tune.decision import FUTILE_AFTER
+from glm5svc.tune.decision import FUTILE_AFTER, MAX_STARTS
+from glm5svc.tune.power import live_power, restart_power, smallest_effect
+from glm5svc.tune.start_model import PAIR_SPREAD_PRIOR, PRIOR_START_SPREAD
 
 GB = 1e9
 GIB = 2**30
@@ -78,6 +80,10 @@ class EstimateInputs:
     stand_in: str | None = None  # the engine is not sglang (server.command): what it is
     confirm: bool = True  # the winner's confirming start
     max_repeats: int | None = None  # --max-repeats: the first start's rounds stop there
+    min_effect: float = 0.03  # --min-effect: the bar a gain's lower bound must clear
+    confidence: float = 0.95
+    pair_spread: float = PAIR_SPREAD_PRIOR  # a window pair's, until the machine shows its own
+    start_spread: float = PRIOR_START_SPREAD  # from engine start to engine start
 
 
 @dataclass(frozen=True)
@@ -104,6 +110,9 @@ class Estimate:
     warnings: tuple[str, ...] = ()
     kept: tuple[str, ...] = ()
     confirmation_starts: int = CONFIRMATION_STARTS  # of `starts`
+    live_only: bool = False  # the restart knobs dropped so that the live knob fits
+    power: tuple[str, ...] = ()  # what the plan can find (power_lines)
+    fitting: tuple[str, ...] = ()  # what would make it fit, where it does not
 
     @property
     def fits(self) -> bool:
@@ -125,6 +134,9 @@ class Estimate:
             "parts": {name: round(seconds, 1) for name, seconds in self.parts},
             "dropped": [d.__dict__ for d in self.dropped],
             "kept": list(self.kept),
+            "live_only": self.live_only,
+            "power": list(self.power),
+            "fitting": list(self.fitting),
             "warnings": list(self.warnings),
         }
 
@@ -149,6 +161,12 @@ class Estimate:
                 f"plan: the first pass over every knob does not fit; dropped, the least "
                 f"influential first (the space's order): {names}"
             )
+        if self.live_only:
+            lines.append(
+                "plan: instead of a restart knob it does not fit, it measures the live knob "
+                "alone, in one start of the start's settings, and confirms its pick there"
+            )
+        lines += [f"plan: {line}" for line in self.power]
         if self.fits:
             lines.append("plan: it fits the budget")
         elif self.total_s - self.confirmation_starts * self.other_start_s <= self.budget_s:
@@ -160,7 +178,9 @@ class Estimate:
             )
         else:
             lines.append(
-                "plan: even one knob does not fit the budget: raise --budget or shorten --window"
+                "plan: even one knob does not fit the budget: it measures what the budget "
+                "allows and writes no change that is not confirmed; "
+                + ("; ".join(self.fitting) or "raise --budget")
             )
         return lines + [f"plan: WARNING: {w}" for w in self.warnings]
 
@@ -250,6 +270,8 @@ def estimate(inputs: EstimateInputs) -> Estimate:
         first_rounds = FIRST_START_ROUNDS if inputs.done_starts == 0 else inputs.repeats
         if inputs.max_repeats is not None:
             first_rounds = min(first_rounds, inputs.max_repeats)
+        if inputs.confirm and not any(k.restart for k in knobs) and inputs.done_starts == 0:
+            first_rounds += FIRST_START_ROUNDS  # the confirmation's fresh rounds
         # Whole seconds, as the plan prints them: its "first + n x other = total" adds up.
         first = round(sum(s for _, s in per_start(max(first_rounds, inputs.repeats), knobs)))
         other = round(sum(s for _, s in per_start(inputs.repeats, knobs)))
@@ -263,10 +285,11 @@ def estimate(inputs: EstimateInputs) -> Estimate:
         return starts, settings, windows, total, first, other
 
     def confirmation_starts(knobs: tuple[KnobCount, ...]) -> int:
-        """Only the cap searched: one confirming start measures the start's cap beside it."""
+        """Only the cap searched: the first start confirms it on fresh rounds (in_start.py),
+        which FIRST_START_ROUNDS more rounds of that start stand for."""
         if not inputs.confirm:
             return 0
-        return CONFIRMATION_STARTS if any(k.restart for k in knobs) else 1
+        return CONFIRMATION_STARTS if any(k.restart for k in knobs) else 0
 
     def screen_s(total: float, other: float) -> float:
         """The screen with its confirmation: no overlay is written unconfirmed, so knobs
@@ -281,6 +304,16 @@ def estimate(inputs: EstimateInputs) -> Estimate:
         smaller = cost(knobs)
         dropped.append(Dropped(last.name, starts - smaller[0], total - smaller[3]))
         starts, settings, windows, total, first, other = smaller
+    live = tuple(k for k in inputs.knobs if not k.restart)
+    live_only = False
+    if total > inputs.budget_s and live and any(k.restart for k in knobs):
+        alone = cost(live)
+        if alone[3] <= inputs.budget_s:  # the answer: the live knob alone, confirmed in-start
+            dropped += [Dropped(k.name, starts - alone[0], total - alone[3])
+                        for k in knobs if k.restart]  # fmt: skip
+            knobs, live_only = live, True
+            starts, settings, windows, total, first, other = alone
+    fitting = () if total <= inputs.budget_s else _what_fits(inputs, knobs, total)
     return Estimate(
         starts=starts,
         settings=settings,
@@ -297,7 +330,62 @@ def estimate(inputs: EstimateInputs) -> Estimate:
         warnings=tuple(warnings),
         kept=tuple(k.name for k in knobs),
         confirmation_starts=confirmation_starts(knobs),
+        live_only=live_only,
+        power=power_lines(inputs, knobs, first_rounds=max(FIRST_START_ROUNDS, inputs.repeats)),
+        fitting=fitting,
     )
+
+
+def _what_fits(inputs: EstimateInputs, knobs, total: float) -> tuple[str, ...]:
+    """The budget that fits these knobs, and the longest window that would fit the budget."""
+    said = [f"a budget of {_clock(total)} fits it (--budget {math.ceil(total)})"]
+    window = inputs.measured_window_s or inputs.window_s
+    for tenth in range(int(window * 10) - 1, 9, -1):
+        shorter = replace(inputs, window_s=tenth / 10, measured_window_s=None)
+        if estimate(replace(shorter, knobs=knobs, budget_s=math.inf)).total_s <= inputs.budget_s:
+            said.append(f"or windows of {tenth / 10:g} s (--window {tenth / 10:g}), wider apart")
+            break
+    return tuple(said)
+
+
+def power_lines(inputs: EstimateInputs, knobs, first_rounds: int) -> tuple[str, ...]:
+    """What the plan can find, at the spreads the verdicts start from: a live effect in the
+    first start's pairs, a restart one at FUTILE_AFTER and MAX_STARTS starts a side."""
+    effect = max(0.10, 2 * inputs.min_effect)
+    lines = []
+    if any(not k.restart for k in knobs):
+        pairs = first_rounds
+
+        def live(e: float) -> float:
+            return live_power(e, pairs=pairs, pair_spread=inputs.pair_spread,
+                              min_effect=inputs.min_effect, confidence=inputs.confidence,
+                              looks=inputs.max_repeats or pairs)  # fmt: skip
+
+        half = smallest_effect(live)
+        lines.append(
+            f"a live +{effect:.0%} effect is called better {live(effect):.0%} of the time in "
+            f"{pairs} pairs at a {inputs.pair_spread:.0%} pair spread; half the time from "
+            + (f"+{half:.0%}" if half is not None else "no effect under 10x")
+        )
+    if any(k.restart for k in knobs):
+        found = []
+        for starts in (FUTILE_AFTER, MAX_STARTS):
+
+            def restart(e: float, n: int = starts) -> float:
+                return restart_power(e, starts=n, start_spread=inputs.start_spread,
+                                     min_effect=inputs.min_effect,
+                                     confidence=inputs.confidence)  # fmt: skip
+
+            half = smallest_effect(restart)
+            found.append(
+                f"{restart(effect):.0%} with {starts} starts a side (half the time from "
+                + (f"+{half:.0%})" if half is not None else "no effect under 10x)")
+            )
+        lines.append(
+            f"a restart +{effect:.0%} effect at a {inputs.start_spread:.0%} start-to-start "
+            f"spread is called better " + ", ".join(found)
+        )
+    return tuple(lines)
 
 
 def with_measurements(inputs: EstimateInputs, starts: list[float], windows: list[float],

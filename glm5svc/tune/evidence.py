@@ -75,11 +75,12 @@ def start_records_of(
     records: list[TrialRecord], combo_key: Callable[[dict[str, Value]], str] = setting_key
 ) -> list[StartRecord]:
     """Each measured setting's mean per engine start, for the start model; `combo_key`
-    names the restart settings a start was (a start's live values share it)."""
+    names the restart settings a start was (a start's live values share it). A
+    confirmation's records stay out: they test the pick, they never make it."""
     return [
         StartRecord(setting_key(r.candidate), r.start, r.mean, combo_key(r.candidate))
         for r in records
-        if r.status == "measured" and r.start is not None and r.mean
+        if r.status == "measured" and r.start is not None and r.mean and not r.confirming
     ]
 
 
@@ -91,6 +92,8 @@ def paired_windows(records: list[TrialRecord], candidate: dict[str, Value],
     for record in records:
         key = setting_key(record.candidate)
         if record.status != "measured" or record.start is None or key not in wanted:
+            continue
+        if record.confirming:  # a confirmation's fresh windows are no screening evidence
             continue
         for run in record.runs:
             by_round.setdefault((record.start, run.round), {})[key] = run.throughput

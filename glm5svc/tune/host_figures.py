@@ -195,6 +195,10 @@ def estimate_inputs(
         max_repeats=settings.max_repeats,
         warmup_max_s=config.benchmark.warmup_max_s,
         stand_in=stand_in_engine(config),
+        min_effect=settings.min_effect,
+        confidence=settings.confidence,
+        pair_spread=settings.pair_spread_prior,
+        start_spread=settings.start_spread_prior,
     )
     if run_dir is not None:
         measured = measured_figures(run_dir)

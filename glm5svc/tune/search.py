@@ -59,6 +59,7 @@ from glm5svc.tune.evidence import (
     start_records_of,
 )
 from glm5svc.tune.evidence import setting_key as _key
+from glm5svc.tune.in_start import InStartConfirmation
 from glm5svc.tune.settings import SearchSettings
 from glm5svc.tune.space import Space, Value, apply_candidate, overlay_of
 from glm5svc.tune.trial import CONTINUE, PRUNE, STOP, RunFigures, TrialOutcome
@@ -145,6 +146,7 @@ class Search:
         self.confirmed: bool | None = None  # None: no confirmation was owed
         self.confirmation_outcome: str | None = None  # CONFIRMED | NOT_CONFIRMED | CUT
         self.confirmation_gain: dict[str, Any] | None = None
+        self._in_start: InStartConfirmation | None = None  # the latest start's, if any
         self.started = time.monotonic()
         self.deadline = self.started + settings.budget_s
         self.stopped_by: str | None = None
@@ -249,10 +251,14 @@ class Search:
         written, baseline = dict(best.candidate), dict(self.start)
         beside = self._confirmed_beside(written)
         self.confirmed = False
-        verdict = (
-            self._confirm_beside(written, baseline) if beside
-            else self._confirm_by_starts(written, baseline)
-        )  # fmt: skip
+        in_start = self._in_start.verdict_for(best) if self._in_start else None
+        if in_start is not None:
+            verdict = in_start
+        else:
+            verdict = (
+                self._confirm_beside(written, baseline) if beside
+                else self._confirm_by_starts(written, baseline)
+            )  # fmt: skip
         if verdict is None:
             return  # cut or failed: confirmation_outcome and confirmation say which
         gain = verdict.gain
@@ -291,6 +297,8 @@ class Search:
         """The fewest starts the owed confirmation takes (kept back from the screen)."""
         if not self.confirmation_owed():
             return 0
+        if self._in_start is not None and self._in_start.verdict_for(self.best) is not None:
+            return 0  # made in the best's own start
         return 1 if self._confirmed_beside(self.best.candidate) else CONFIRMATION_STARTS
 
     def _confirmation_cut(self, why: str) -> None:
@@ -626,7 +634,7 @@ class Search:
         # go on while the decider asks for them, up to the search's deadline.
         deadline = self.deadline
         outcome = self.executor(
-            start, candidate, mapping, decide or self._decider(candidate), deadline, live
+            start, candidate, mapping, decide or self._decider(candidate, live), deadline, live
         )
         records = self._split(outcome, candidate, number, start, live)
         for record in records:
@@ -636,9 +644,11 @@ class Search:
                 record.verdict = "the confirmation: " + (
                     "the start's cap beside the overlay" if beside else "the overlay as written"
                 )
+        if not confirming:
+            records += self._split_in_start_confirmation(records, start)
         self.records += records  # the verdicts' model includes this start
         if not confirming:
-            self._judge(records)
+            self._judge([r for r in records if not r.confirming])
         self._finish(trial, records)
         return records
 
@@ -660,16 +670,24 @@ class Search:
             )
         return records
 
-    def _decider(self, candidate: dict[str, Value]) -> Callable[[list[RunFigures]], str]:
+    def _decider(self, candidate: dict[str, Value],
+                 live: tuple[int, ...] = ()) -> Callable[[list[RunFigures]], str]:  # fmt: skip
         """Asked after every round of a start: it measures `min_repeats` rounds, more, up
         to `max_repeats`, while a live value that runs beside the best's
         (the start is the best's combination, or the first) is undecided against it by its
         paired windows. A start of another combination stops as soon as every live value
-        is clearly behind the best (a `worse` at this look: it can never promote)."""
+        is clearly behind the best (a `worse` at this look: it can never promote). Where
+        the start's own cap is better than the start's and the engine runs as that overlay
+        would be written, the start goes on to confirm it on fresh pairs (InStartConfirmation)."""
         settings = self.settings
         incumbent = self._incumbent_live(candidate)
+        confirming = InStartConfirmation.for_start(self, candidate, live)
+        if confirming is not None:
+            self._in_start = confirming
 
         def decide(runs: list[RunFigures]) -> str:
+            if confirming is not None and confirming.from_round is not None:
+                return confirming.decide(runs)
             samples = [r.throughput for r in runs]
             by_value: dict[str, list[float]] = {}
             for run in runs:
@@ -696,9 +714,36 @@ class Search:
                 return STOP
             if rounds < settings.min_repeats:
                 return CONTINUE
-            return CONTINUE if self._live_undecided(candidate, runs, incumbent) else STOP
+            if self._live_undecided(candidate, runs, incumbent):
+                return CONTINUE
+            if confirming is not None and confirming.begin(runs, rounds):
+                return CONTINUE
+            return STOP
 
         return decide
+
+    def _split_in_start_confirmation(self, records: list[TrialRecord],
+                                     start: int) -> list[TrialRecord]:  # fmt: skip
+        """The rounds an in-start confirmation measured, moved out of the screening
+        records into confirming ones: they never count as screening evidence."""
+        confirming = self._in_start
+        if confirming is None or confirming.start != start or confirming.from_round is None:
+            return []
+        moved = []
+        for record in records:
+            runs = record.outcome.get("runs") or []
+            kept = [r for r in runs if r["round"] < confirming.from_round]
+            fresh = [r for r in runs if r["round"] >= confirming.from_round]
+            if not fresh:
+                continue
+            record.outcome = {**record.outcome, "runs": kept}
+            extra = TrialRecord(
+                len(self.records) + len(records) + len(moved), dict(record.candidate),
+                record.status, {**record.outcome, "runs": fresh}, start=start, confirming=True,
+            )  # fmt: skip
+            extra.verdict = "the confirmation: fresh pairs in the overlay's own start"
+            moved.append(extra)
+        return moved
 
     def _clearly_behind(self, candidate: dict[str, Value], runs: list[RunFigures],
                         look: int) -> dict[str, str] | None:  # fmt: skip
@@ -791,7 +836,8 @@ class Search:
         goes on in another start of its combination (its pairs add up across starts), up to
         MAX_STARTS; the search does not end while one is open and the budget allows."""
         gain = verdict.gain
-        if verdict.kind != UNDECIDED or (gain is not None and gain.high <= self.settings.min_effect):
+        futile = gain is not None and gain.high <= self.settings.min_effect
+        if verdict.kind != UNDECIDED or futile:
             return DONE
         starts = {
             r.start for r in self.records
@@ -895,12 +941,16 @@ class Search:
             self.study.set_user_attr("best_number", self.best.number)
 
     def _over_limits(self, record: TrialRecord) -> str | None:
+        return self.runs_over_limits(record.runs)
+
+    def runs_over_limits(self, runs: list[RunFigures]) -> str | None:
+        """Why these windows' mean latency is over --ttft-p99-ms / --itl-p99-ms, or None."""
         problems = []
         for name, limit in (
             ("ttft_p99_ms", self.settings.ttft_p99_ms),
             ("itl_p99_ms", self.settings.itl_p99_ms),
         ):
-            values = [getattr(r, name) for r in record.runs if getattr(r, name) is not None]
+            values = [getattr(r, name) for r in runs if getattr(r, name) is not None]
             if limit is not None and values and sum(values) / len(values) > limit:
                 label = name.replace("_ms", "").replace("_", " ").upper().replace("P99", "p99")
                 problems.append(f"{label} {sum(values) / len(values):,.0f} ms > {limit:g} ms")

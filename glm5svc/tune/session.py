@@ -380,9 +380,7 @@ class Tune:
                     # The engine is ready and warm within --trial-timeout; no measured run
                     # starts that cannot end by the budget's deadline, and the one running
                     # at that deadline is cut.
-                    deadline=min(
-                        time.monotonic() + trial_timeout_s, deadline, self.hard_deadline
-                    ),
+                    deadline=min(time.monotonic() + trial_timeout_s, deadline, self.hard_deadline),
                     measure_deadline=min(deadline, self.hard_deadline - self._run_s()),
                     sampler=sampler,
                     should_stop=lambda: (

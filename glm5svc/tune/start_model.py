@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from glm5svc.tune.stats import prior_contradicted
+
 # The prior on the start-to-start spread (relative), and the weight (pseudo-starts' degrees
 # of freedom) it keeps while the search has measured few replicated starts. No narrower than
 # the H200 testbed showed (docs/performance-tune.md, the precision scenario, 2026-12-04): at
@@ -24,6 +26,9 @@ PRIOR_WEIGHT = 4
 # window against 4-10 % at a cap under the concurrency (docs/performance-tune.md), counted
 # as four degrees of freedom.
 PAIR_SPREAD_PRIOR = 0.20
+# Where a prior yields to the machine's own spread, that spread is never taken as narrower
+# than this (identical figures are a counter's granularity, not a noiseless engine).
+SPREAD_FLOOR = 0.005
 PAIR_PRIOR_WEIGHT = 4
 
 
@@ -93,9 +98,10 @@ class StartModel:
         free = max(0, free)
         variance = (rss + prior_weight * prior**2) / (free + prior_weight)
         dof = free + prior_weight
-        if free >= 2 and rss / free > variance:
-            # The starts spread wider than the prior says: the prior must not narrow them.
-            variance, dof = rss / free, free
+        if free >= 2 and (rss / free > variance or prior_contradicted(rss, free, prior)):
+            # The starts spread wider than the prior says (the prior must not narrow them),
+            # or so much narrower that the prior cannot be true on this machine.
+            variance, dof = max(rss / free, SPREAD_FLOOR**2), free
         inverse = np.linalg.pinv(design.T @ design)
         covariance = {
             (a, b): float(inverse[i, j]) for i, a in enumerate(names) for j, b in enumerate(names)

@@ -16,6 +16,7 @@ from glm5svc.tune.decision import (
     START_CANDIDATE,
     UNDECIDED,
     WORSE,
+    PairNoise,
     StartModel,
     StartRecord,
     clearly_behind,
@@ -93,12 +94,28 @@ def test_paired_windows_cancel_a_drift_within_the_start():
     assert verdict.gain.estimate == pytest.approx(0.05, abs=0.002)
 
 
-def test_paired_needs_a_whole_block():
+def test_paired_is_looked_at_from_the_first_pair():
+    # No spread is known from one pair alone: without a prior it waits.
     assert judge_paired([1.0], [1.0], min_effect=0.03).kind == UNDECIDED
-    # Three pairs are one block and a half: the half is not looked at yet.
-    three = judge_paired([120, 121, 50], [100, 100, 100], min_effect=0.03)
-    two = judge_paired([120, 121], [100, 100], min_effect=0.03)
-    assert three.gain == two.gain and "look 1" in three.why
+    # With the machine's pair spread known, a 2x effect is called on its first pair.
+    noise = PairNoise(prior=0.05, weight=4)
+    first = judge_paired([200], [100], min_effect=0.03, noise=noise)
+    assert first.kind == BETTER and "look 1" in first.why
+    # Every pair counts, a half block included.
+    three = judge_paired([120, 121, 50], [100, 100, 100], min_effect=0.03, noise=noise)
+    assert three.gain.n_candidate == 3 and "look 3" in three.why
+
+
+def test_a_prior_yields_to_the_machine_s_wider_pairs():
+    wide = [130, 80, 125, 85, 128, 82]
+    own = judge_paired(wide, [100] * 6, min_effect=0.03, noise=PairNoise(prior=0.01, weight=4))
+    assert "its own pairs" in own.why and own.kind == UNDECIDED
+    pooled = PairNoise(prior=0.01, weight=4, pooled_ss=4 * 0.3**2, pooled_dof=4)
+    sigma, dof, source = pooled.spread(0.0, 0)
+    assert source == "pooled pairs" and sigma == pytest.approx(0.3) and dof == 4
+    # A prior wider than the pairs counts as its weight in degrees of freedom.
+    sigma, dof, source = PairNoise(prior=0.2, weight=4).spread(0.0, 1)
+    assert source == "combined" and dof == 5 and sigma == pytest.approx(0.2 * (4 / 5) ** 0.5)
 
 
 def test_a_clearly_worse_candidate_is_worse():
@@ -107,7 +124,7 @@ def test_a_clearly_worse_candidate_is_worse():
 
 
 def test_each_look_spends_less_so_that_the_same_gap_is_wider_later():
-    """The confidence sequence: the same pairs read at look 2 give a wider interval than
+    """The confidence sequence: the same pairs read at look 4 give a wider interval than
     a fixed-sample interval would at that size (1 / (k H_K) of alpha at look k of K)."""
     pairs = [110, 104, 112, 103], [100, 100, 100, 100]
     verdict = judge_paired(*pairs, min_effect=0.03)
@@ -116,16 +133,18 @@ def test_each_look_spends_less_so_that_the_same_gap_is_wider_later():
     se = math.sqrt(sum((x - mean) ** 2 for x in logs) / 3 / 4)
     fixed_low = math.expm1(mean - t_quantile(0.95, 3) * se)
     harmonic = sum(1 / k for k in range(1, MAX_LOOKS + 1))
-    spent_low = math.expm1(mean - t_quantile(1 - 0.05 / (2 * harmonic), 3) * se)
+    spent_low = math.expm1(mean - t_quantile(1 - 0.05 / (4 * harmonic), 3) * se)
     assert verdict.gain.low == pytest.approx(spent_low)
     assert verdict.gain.low < fixed_low
 
 
 def test_a_large_live_effect_is_decided_within_four_pairs():
-    # The H200's cap 64 against 1024: pair ratios 1.48-1.96 (tuning facts).
-    verdict = judge_paired([1.48 * 100, 1.96 * 100, 1.7 * 100, 1.6 * 100], [100] * 4,
-                           min_effect=0.03, comparisons=2)  # fmt: skip
+    # The H200's cap 64 against 1024: pair ratios 1.48-1.96 (tuning facts), at the
+    # search's prior pair spread; without a prior four pairs are three dof, too few.
+    pairs = [1.48 * 100, 1.96 * 100, 1.7 * 100, 1.6 * 100], [100] * 4
+    verdict = judge_paired(*pairs, min_effect=0.03, comparisons=2, noise=PairNoise())
     assert verdict.kind == BETTER
+    assert judge_paired(*pairs, min_effect=0.03, comparisons=2).kind == UNDECIDED
 
 
 def test_a_start_s_live_values_are_one_replicate_of_its_restart_settings():
@@ -205,3 +224,25 @@ def test_a_restart_candidate_without_a_gain_in_sight_stops_after_two_starts_a_si
     assert step == DONE and verdict.kind == UNDECIDED and "futile" in verdict.why
     early = next_step(history[:2], "b", "a", min_effect=0.03, confidence=0.95, comparisons=2)
     assert early[0] != DONE  # one start a side is not enough to give up
+
+
+def test_a_prior_the_machine_s_starts_contradict_yields_to_them():
+    # Eight replicated starts at about 2 % against the 15 % prior: the prior cannot be
+    # true on this machine, so the model uses the starts' own spread and dof.
+    rows = [StartRecord(s, i, 100 * (1 + 0.02 * (-1) ** (i // 2)), s)
+            for i, s in enumerate(["a", "b"] * 5)]  # fmt: skip
+    model = StartModel.fit(rows, prior=0.15, prior_weight=4)
+    assert model.observed is not None and model.observed < 0.03
+    assert model.sigma == pytest.approx(model.observed) and model.dof == model.replicated
+    # Two starts a side about 8 % apart do not contradict a 15 % prior: it still counts.
+    close = [StartRecord(s, i, 100 * (1 + 0.06 * (-1) ** (i // 2)), s)
+             for i, s in enumerate(["a", "b", "a", "b"])]  # fmt: skip
+    shrunk = StartModel.fit(close, prior=0.15, prior_weight=4)
+    assert shrunk.dof == shrunk.replicated + 4
+
+
+def test_pairs_too_narrow_for_the_prior_replace_it():
+    noise = PairNoise(prior=0.20, weight=4, pooled_ss=12 * 0.02**2, pooled_dof=12)
+    sigma, dof, source = noise.spread(0.0, 0)
+    assert source == "this machine's pairs" and dof == 12
+    assert sigma == pytest.approx(0.02)

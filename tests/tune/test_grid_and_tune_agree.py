@@ -60,10 +60,11 @@ def test_the_tune_ends_on_the_grids_best(tmp_path, bench_python, tokenizer_dir):
     # No pruning: the runners differ by about 20 %, inside the 30 % pruning margin, so a
     # runner's start pruned here is a loaded machine's slow first window; the search, not
     # pruning, is what this test is about.
-    # The test engine's starts differ by the CPU's load alone: a prior of 2 %, not the
-    # H200's 15 %, under which a +20 % runner needs many starts a side.
+    # The test engine's starts and windows differ by the CPU's load alone: priors of 2 %,
+    # not the H200's 15 % and the H100's 20 %, under which a +20 % runner needs many
+    # starts a side.
     summary = tune(config, space, tmp_path / "tune", "--prune-below", "0",
-                   "--start-spread-prior", "0.02")  # fmt: skip
+                   "--start-spread-prior", "0.02", "--pair-spread-prior", "0.02")  # fmt: skip
     assert summary["overlay"] == {
         "tuning": {"max_running_requests": 32, "moe_runner_backend": "flashinfer_cutlass"}
     }, [(t["setting"], t["start"], t["verdict"]) for t in summary["trials"]]

@@ -99,7 +99,7 @@ def test_the_search_finds_the_models_optimum(tmp_path):
     assert records[0].verdict.startswith("the start")
     # The cap is live: every screening start measured all three caps, and no start was
     # spent on one.
-    confirming = [r.start for r in records if r.confirming]
+    confirming = [r.start for r in records if r.confirming and r.start > 0]
     screening = executor.calls[: min(confirming)]
     assert all(live == (64, 256, 1024) for _, live in screening)
     combos = {(c["tuning.cuda_graph"], c["tuning.attention_backend"]) for c, _ in screening}
@@ -211,12 +211,13 @@ def test_live_values_are_judged_by_paired_windows(tmp_path):
     cap_records = [
         r for r in run.records
         if r.start == 0 and r.candidate[CAP] != START[CAP] and r.status == "measured"
+        and not r.confirming
     ]  # fmt: skip
     assert cap_records and all("paired window" in r.verdict for r in cap_records)
-    # Only whole A B B A blocks count, looked at every two blocks: look k = pairs / 4.
+    # Looked at from the first pair: look k is the k-th pair, a half block included.
     for record in cap_records:
         pairs = int(record.verdict.split(" over ")[1].split(" paired")[0])
-        assert pairs % 4 == 0 and f"look {pairs // 4}" in record.verdict
+        assert f"look {pairs}" in record.verdict
     # 256 and 1024 are 4x and 8x over 64: decided within the first start.
     assert any(r.became_best and r.start == 0 and r.candidate[CAP] == 1024 for r in run.records)
 
@@ -242,7 +243,7 @@ def test_a_hopeless_start_is_stopped_after_its_first_block(tmp_path):
     assert all(r.verdict.startswith("stopped early, clearly behind the best: worse:")
                for r in pruned)  # fmt: skip
     for start in {r.start for r in pruned}:
-        assert executor.decided[start] == [2]  # asked once, after the first block
+        assert executor.decided[start] == [1, 2]  # pruned at the first whole block
 
 
 def test_a_start_clearly_behind_is_stopped_early_by_the_start_model(tmp_path):
@@ -270,16 +271,16 @@ def test_a_stopped_study_resumes_where_it_stopped(tmp_path):
     assert first.stopped_by == "--max-trials 2 reached"
     executor = Executor(capped)
     second = search(tmp_path, executor)
-    # One screening start (3 caps), then the confirmation the limit left room for (the cap
-    # as written, the start's beside it): 2 starts, 5 records, the confirmation kept.
-    assert second.replay() == 5 and second.trials_run() == 2
+    # One screening start (3 caps, then its top cap confirmed on fresh rounds in that
+    # start), and the second first-pass start: 2 starts, 9 records, the confirmation kept.
+    assert second.replay() == 9 and second.trials_run() == 2
     assert second.records[0].verdict == "the start" and second.best.candidate[CAP] == 1024
     assert second.confirmed is True and not second.confirmation_owed()
     second.run()
-    # The first pass goes on where it stopped: the start is not measured again.
-    assert executor.calls[0][0] == {CAP: 1024, "tuning.cuda_graph": False,
-                                    "tuning.attention_backend": None}  # fmt: skip
-    assert second.records[5].start == 2  # the starts' numbering continues
+    # The first pass goes on where it stopped: neither start is measured again.
+    assert executor.calls[0][0] == {CAP: 1024, "tuning.cuda_graph": True,
+                                    "tuning.attention_backend": "triton"}  # fmt: skip
+    assert second.records[9].start == 2  # the starts' numbering continues
     assert second.best.candidate[CAP] == 1024
 
 
@@ -303,5 +304,42 @@ def test_candidates_over_the_latency_limit_cannot_win(tmp_path, limit):
     run.run()
     # every run has TTFT p99 100 ms: nothing is within the limit, the start stays best
     assert run.best.number == 0
-    others = [r for r in run.records[1:] if r.verdict != ANOTHER_START]
+    others = [r for r in run.records[1:] if r.verdict != ANOTHER_START and not r.confirming]
     assert others and all(r.verdict.startswith("over the latency limits") for r in others)
+
+
+def test_a_better_cap_is_confirmed_in_the_start_that_found_it(tmp_path):
+    """The start's restart settings with the top cap are the overlay as written: the start
+    that called it better goes on with fresh rounds, and no second engine start is made."""
+    space = Space([Knob(CAP, (64, 1024), restart=False)], "test")
+    executor = Executor(lambda c: 1000.0 * (2.0 if c[CAP] == 1024 else 1.0), noise=0.05)
+    run = search(tmp_path, executor, space=space)
+    records = run.run()
+    assert len(executor.calls) == 1 and run.confirmed is True
+    assert run.best.candidate[CAP] == 1024
+    screening = [r for r in records if not r.confirming]
+    fresh = [r for r in records if r.confirming]
+    assert {r.candidate[CAP] for r in fresh} == {64, 1024}
+    last_screened = max(run.round for r in screening for run in r.runs)
+    assert min(run.round for r in fresh for run in r.runs) == last_screened + 1
+    assert fresh[0].verdict == "the confirmation: fresh pairs in the overlay's own start"
+    # A 2x effect is called, and confirmed, within a few pairs each.
+    assert last_screened + 1 <= 4 and len(fresh[0].runs) <= 4
+
+
+def test_an_in_start_confirmation_that_does_not_bear_the_gain_out_refuses(tmp_path):
+    """The screening rounds flatter the top cap by chance; the fresh rounds of the same
+    start show none of it: nothing is confirmed and no overlay is owed a pass."""
+    space = Space([Knob(CAP, (64, 1024), restart=False)], "test")
+    calls = {"rounds": 0}
+
+    def model(c):
+        calls["rounds"] += 1
+        early = calls["rounds"] <= 2 * 2  # the first two rounds of both values
+        return 1000.0 * (2.0 if c[CAP] == 1024 and early else 1.0)
+
+    executor = Executor(model, noise=0.02)
+    run = search(tmp_path, executor, space=space)
+    run.run()
+    assert len(executor.calls) == 1
+    assert run.confirmed is False and run.confirmation.startswith("not confirmed")
