@@ -151,7 +151,7 @@ class SecondsRecorder:
         if self._thread.is_alive():
             self._stop.set()
             self._thread.join(10)
-            self._record()
+            self.record()
             self._flush()
             if self.nvml_absent is None:
                 self.nvml.close()
@@ -163,11 +163,10 @@ class SecondsRecorder:
             next_at += self.interval_s
             if self._stop.wait(max(0.0, next_at - time.monotonic())):
                 return
-            self._record()
-            if len(self._held) >= FLUSH_EVERY:
-                self._flush()
+            self.record()
 
-    def _record(self) -> None:
+    def record(self) -> None:
+        """One line now (the thread's every second; stop()'s last)."""
         errors: list[str] = []
         now = time.monotonic()
         line: dict[str, Any] = {"t": round(now - self._began, 3), "unix": round(time.time(), 3)}
@@ -186,6 +185,8 @@ class SecondsRecorder:
             line["errors"] = errors[:ERRORS_KEPT]
         self._held.append(json.dumps(line))
         self.lines += 1
+        if len(self._held) >= FLUSH_EVERY:
+            self._flush()
 
     def _read_gpus(self, errors: list[str]) -> list[dict[str, Any]]:
         readings = []
