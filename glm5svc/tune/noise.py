@@ -15,10 +15,11 @@ passes that ran in a CUDA graph, the client's requests in flight and its mean se
   sources are not fitted), and the residual: the spread no recorded source explains.
 - `spread`: the window-to-window spread within starts (pooled) and the spread from start
   to start (the starts' means; the between-start part of a one-way random-effects split).
-- `removable`: both spreads again for other measured quantities: without the warm-up
-  windows, throughput per running request, per forward pass (tokens a pass: the batch)
-  and the passes a second (the step time) apart, throughput at the mean SM clock, and
-  what is left after the fitted sources (the floor that nothing recorded removes).
+- `removable`: both spreads again for other measured quantities, the warm-up windows
+  left out (but in the one that shows what they add): throughput per running request,
+  per forward pass (tokens a pass: the batch) and the passes a second (the step time)
+  apart, throughput at the mean SM clock, what is left after the fitted sources (the
+  floor that nothing recorded removes), and each variant's windows on their own.
 
 Pure functions over rows; `rows_from_folder` builds them from a noise scenario's
 recording (start{N}-windows.json beside start{N}/seconds.jsonl, lab/gpu/noise_scenario.py)
@@ -294,7 +295,7 @@ def removable(rows: Sequence[Row], sources: Sequence[str] = CAUSES) -> dict[str,
     """The spreads of other measured quantities (module docstring); a quantity whose source
     is unknown in some window is left out."""
     measured = [r for r in rows if r.kind != WARMUP]
-    found = {"throughput": spread(rows), "without warm-up": spread(measured)}
+    found = {"throughput": spread(measured), "with the warm-up windows": spread(rows)}
     per_request = [r.throughput / r.sources["running"] for r in measured
                    if r.sources.get("running")]  # fmt: skip
     if measured and len(per_request) == len(measured):
@@ -344,7 +345,7 @@ def report(rows: Sequence[Row], sources: Sequence[str] = CAUSES) -> dict[str, An
     return {
         "windows": attribute(fixed, sources).to_dict() if len(fixed) >= 3 else None,
         "within_starts": attribute(centred, sources).to_dict() if len(centred) >= 3 else None,
-        "spread": spread(rows),
+        "spread": spread(measured),
         "removable": removable(rows, sources),
         "start_sources": {start: {name: _mean([r.sources.get(name) for r in rs])
                                   for name in SOURCES} for start, rs in by_start.items()},
