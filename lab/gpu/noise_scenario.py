@@ -12,7 +12,9 @@ start's end. Each start then measures, all at cap 1024:
 - WARMUP windows (kept, marked `warmup`: noise.py leaves them out or shows what they add);
 - WINDOWS windows of WINDOW_S each (the first start; LATER_WINDOWS in later ones), back to
   back, as the tune's windows are (`time`);
-- in the first start, VARIANT_WINDOWS of the variant (GPU_LAB_NOISE_VARIANT):
+- in start VARIANT_START (the second; the only one when MAX_STARTS is 1), then
+  VARIANT_WINDOWS of the variant (GPU_LAB_NOISE_VARIANT; a variant that fails is recorded
+  as `variant_error`, its start's fixed windows kept):
   - `flush`: before each window the load stops, the engine empties, sglang's
     POST /flush_cache empties the radix cache, and a fresh load runs SETTLE_S before the
     window opens (what a start leaves behind, without a restart);
@@ -36,9 +38,11 @@ from pathlib import Path
 import yaml
 
 from glm5svc.bench.counter_window import CounterWindow, read_counters
-from glm5svc.bench.engine_sampler import flush_radix_cache
+from glm5svc.bench.engine_sampler import SteadyRefused, flush_radix_cache
 from glm5svc.bench.load import ContinuousLoad, LoadShape
 from glm5svc.bench.seconds import SECONDS_FILE, SecondsRecorder
+from glm5svc.http_fetch import FetchError
+from glm5svc.metrics_text import MetricsTextError
 from lab.gpu.common import BARE_PORT, FIRED_UP, Deadline, Process, log, plan_launch, stop_gracefully
 from lab.gpu.models import TESTBED_VOCAB_SIZE
 from lab.gpu.tune_scenario import (
@@ -57,6 +61,9 @@ WINDOWS = int(os.environ.get("GPU_LAB_NOISE_WINDOWS", "10"))
 LATER_WINDOWS = int(os.environ.get("GPU_LAB_NOISE_LATER_WINDOWS", "6"))
 VARIANT = os.environ.get("GPU_LAB_NOISE_VARIANT", "flush")
 VARIANT_WINDOWS = int(os.environ.get("GPU_LAB_NOISE_VARIANT_WINDOWS", "3"))
+# The variant runs after the fixed windows of this start (the second: the first start's
+# windows and the second's, the start-to-start spread, come first), or of the last one.
+VARIANT_START = int(os.environ.get("GPU_LAB_NOISE_VARIANT_START", "2"))
 SETTLE_S = float(os.environ.get("GPU_LAB_NOISE_SETTLE_S", "4"))
 MAX_STARTS = int(os.environ.get("GPU_LAB_NOISE_MAX_STARTS", "3"))
 START_WAIT_S = float(os.environ.get("GPU_LAB_NOISE_START_WAIT_S", "260"))
@@ -124,6 +131,20 @@ class _Loads:
         self.current = self._new()
 
 
+def _variant(base_url: str, loads: _Loads, variant: str, count: int, fits, measured: list) -> None:
+    for index in range(VARIANT_WINDOWS if variant != "none" else 0):
+        if variant == "flush" and fits(WINDOW_S + SETTLE_S + IDLE_WAIT_S / 4):
+            loads.stop()
+            idle_s = _wait_idle(base_url, IDLE_WAIT_S)
+            flush_s = flush_radix_cache(base_url, {})
+            loads.restart()
+            time.sleep(SETTLE_S)
+            window = _window(base_url, "flush", index)
+            measured.append(dict(window, idle_wait_s=idle_s, flush_s=round(flush_s, 2)))
+        elif variant == "count" and count > 0 and fits(2 * WINDOW_S):
+            measured.append(dict(_window(base_url, "count", index, requests=count), requests=count))
+
+
 def measure_start(number: int, argv, launch_env, recorded: Path, deadline: Deadline,
                   windows: int, variant: str) -> dict:  # fmt: skip
     server = Process(f"start{number}", argv, launch_env, recorded)
@@ -158,19 +179,11 @@ def measure_start(number: int, argv, launch_env, recorded: Path, deadline: Deadl
         count = int(os.environ.get("GPU_LAB_NOISE_COUNT_REQUESTS", "0")) or (
             int(statistics.median(timed)) if timed else 0
         )
-        for index in range(VARIANT_WINDOWS if variant != "none" else 0):
-            if variant == "flush" and fits(WINDOW_S + SETTLE_S + IDLE_WAIT_S / 4):
-                loads.stop()
-                idle_s = _wait_idle(base_url, IDLE_WAIT_S)
-                flush_s = flush_radix_cache(base_url, {})
-                loads.restart()
-                time.sleep(SETTLE_S)
-                window = _window(base_url, "flush", index)
-                measured.append(dict(window, idle_wait_s=idle_s, flush_s=round(flush_s, 2)))
-            elif variant == "count" and count > 0 and fits(2 * WINDOW_S):
-                measured.append(
-                    dict(_window(base_url, "count", index, requests=count), requests=count)
-                )
+        try:
+            _variant(base_url, loads, variant, count, fits, measured)
+        except (SteadyRefused, FetchError, MetricsTextError) as exc:
+            # The fixed windows stand; the next start still runs.
+            start["variant_error"] = f"{type(exc).__name__}: {exc}"
     finally:
         start["seconds_lines"] = recorder.stop()
         loads.stop()
@@ -210,8 +223,8 @@ def run(out: Path, env: dict[str, str], deadline: Deadline, results: dict, model
         if number > 1 and deadline.left() < need:
             log(f"noise: {deadline.left():.0f} s left, no start {number}")
             break
-        start = measure_start(number, argv, launch_env, recorded, deadline, windows,
-                              VARIANT if number == 1 else "none")  # fmt: skip
+        variant = VARIANT if number == min(VARIANT_START, MAX_STARTS) else "none"
+        start = measure_start(number, argv, launch_env, recorded, deadline, windows, variant)
         starts.append(start)
         shown = [round(w["throughput"]) for w in start.get("windows", [])]
         log(f"noise: start {number}: fired up {start.get('fired_up_s')} s, windows {shown}")
