@@ -138,6 +138,8 @@ class SecondsRecorder:
             names = [f"{g.index}: {g.name}" for g in identities if g.index in self._gpus]
         except NvmlUnavailable as exc:
             self.nvml_absent, names = str(exc), []
+        except Exception as exc:  # noqa: BLE001 - a binding that fails otherwise: no GPU fields
+            self.nvml_absent, names = f"NVML failed: {type(exc).__name__}: {exc}", []
         self.path.parent.mkdir(parents=True, exist_ok=True)
         header = {"schema": SCHEMA, "interval_s": self.interval_s, "gpus": names,
                   "nvml_absent": self.nvml_absent, "fields": list(FIELDS)}  # fmt: skip

@@ -170,11 +170,12 @@ def _measure(request: TrialRequest, serve: ChildGroup, outcome: TrialOutcome, t0
     concurrency = request.load.concurrency
     load = ContinuousLoad(client.base_url, headers, request.load, request.bench.seed)
     window = _Windows(request, serve, client, load)
-    load.start()
     # Every second beside the windows: clocks, power, the engine's gauges, the load's pacing.
     seconds = SecondsRecorder(client.base_url, headers, request.trial_dir / SECONDS_FILE,
-                              load.pacing).start()  # fmt: skip
+                              load.pacing)  # fmt: skip
+    load.start()
     try:
+        seconds.start()
         failure = window.warm_up(outcome)
         if failure is not None:
             outcome.status, outcome.failure = failure
