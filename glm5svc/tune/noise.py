@@ -2,7 +2,8 @@
 per-second recorder (glm5svc/bench/seconds.py) saw beside it.
 
 A window is a row: its throughput (uncached prompt + output tokens/s, the engine's
-counters) and the means of its seconds, the candidate sources (SOURCES): the GPUs' SM
+counters; `objective` swaps in its output tokens/s, the tune's default objective) and
+the means of its seconds, the candidate sources (SOURCES): the GPUs' SM
 and memory clocks, power and temperature, the share of seconds throttled (power, thermal
 or hardware slowdown; idle is not a throttle), the running batch and the queue, the
 prefill share of the tokens computed, forward passes per second and the share of decode
@@ -63,6 +64,20 @@ class Row:
     kind: str  # warmup | time (fixed length) | flush | count | seconds (cut from a tune's)
     throughput: float
     sources: dict[str, float | None] = field(default_factory=dict)
+    output: float | None = None  # output tokens/s
+
+
+def objective(rows: Sequence[Row], name: str) -> list[Row]:
+    """The rows with `throughput` as the objective counts it: "total" (uncached prompt +
+    output tokens/s, as recorded) or "output" (output tokens/s, benchmark.objective's
+    default); a row without its output figure cannot be counted as output."""
+    if name == "total":
+        return list(rows)
+    if name != "output":
+        raise ValueError(f"objective {name!r}: total or output")
+    if any(r.output is None for r in rows):
+        raise ValueError("a window has no output tokens/s: count the total instead")
+    return [Row(r.start, r.index, r.kind, r.output, r.sources, r.output) for r in rows]
 
 
 def _mean(values: Sequence[float | None]) -> float | None:
@@ -126,7 +141,7 @@ def rows_from_windows(start: int, windows: Sequence[dict], lines: Sequence[dict]
         began, ended = window["began_unix"] - 0.5, window["ended_unix"] + 0.5
         inside = [line for line in lines if began <= line["unix"] <= ended]
         rows.append(Row(start, window["index"], window["kind"], window["throughput"],
-                        sources_of(inside)))  # fmt: skip
+                        sources_of(inside), window.get("output_throughput")))  # fmt: skip
     return rows
 
 
@@ -149,8 +164,9 @@ def rows_from_lines(start: int, lines: Sequence[dict], window_s: float,
             last["decode"] - first["decode"]
         )
         kind = WARMUP if began < warmup_s else "seconds"
-        rows.append(Row(start, len(rows), kind, tokens / (last["t"] - first["t"]),
-                        sources_of(inside)))  # fmt: skip
+        seconds = last["t"] - first["t"]
+        rows.append(Row(start, len(rows), kind, tokens / seconds, sources_of(inside),
+                        (last["decode"] - first["decode"]) / seconds))  # fmt: skip
         at += len(inside) - 1  # the last line of one window opens the next
     return rows
 
@@ -340,7 +356,7 @@ def report(rows: Sequence[Row], sources: Sequence[str] = CAUSES) -> dict[str, An
         means = {name: _mean([r.sources.get(name) for r in start_rows]) for name in sources}
         centred += [Row(r.start, r.index, r.kind, r.throughput - mean + grand,
                         {name: None if r.sources.get(name) is None else
-                         r.sources[name] - means[name] for name in sources})
+                         r.sources[name] - means[name] for name in sources}, r.output)
                     for r in start_rows]  # fmt: skip
     return {
         "windows": attribute(fixed, sources).to_dict() if len(fixed) >= 3 else None,

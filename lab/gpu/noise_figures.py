@@ -1,12 +1,14 @@
 """The noise study's figures, from a recorded run (lab/gpu/noise_scenario.py) or a tune run's
 folder, by glm5svc/tune/noise.py.
 
-    .venv/bin/python -m lab.gpu.noise_figures FOLDER [--window S] [--warmup S] [--json]
+    .venv/bin/python -m lab.gpu.noise_figures FOLDER [--objective output|total] [--window S]
+        [--warmup S] [--json]
 
 FOLDER is a noise recording's `noise/` folder (start<N>-windows.json beside
 start<N>/seconds.jsonl; `recorded/noise/` in a run's archive, the fixture's `noise/`) or a
 tune run's folder (starts/NNN/seconds.jsonl, cut into windows of --window seconds, the
-first --warmup seconds of each start marked warm-up). Printed as Markdown:
+first --warmup seconds of each start marked warm-up), for output tokens/s (the tune's
+default objective) or the total (uncached prompt + output). Printed as Markdown:
 - the spreads: within starts (pooled), start to start, and the between-starts part;
 - the attribution over the fixed-length windows (all starts, then each start about its own
   mean): each source's share of the variance alone, the sources fitted in turn with what
@@ -21,7 +23,7 @@ import argparse
 import json
 from pathlib import Path
 
-from glm5svc.tune.noise import SOURCES, report, rows_from_folder
+from glm5svc.tune.noise import SOURCES, objective, report, rows_from_folder
 
 
 def _pct(value: float | None) -> str:
@@ -56,10 +58,10 @@ def attribution_lines(title: str, found: dict | None) -> list[str]:
     return lines + [""]
 
 
-def markdown(found: dict) -> str:
+def markdown(found: dict, counted: str = "output") -> str:
     spread = found["spread"]
     lines = [
-        f"{spread['windows']} windows in {spread['starts']} start(s), mean "
+        f"{counted} tokens/s: {spread['windows']} windows in {spread['starts']} start(s), mean "
         f"{spread['mean']:,.0f} tok/s; within starts {_pct(spread['within_start'])}, start "
         f"to start {_pct(spread['start_to_start'])} (between-starts part "
         f"{_pct(spread['between_starts'])}); start means "
@@ -86,14 +88,17 @@ def main() -> None:
     parser.add_argument("folder", type=Path)
     parser.add_argument("--window", type=float, default=10.0, help="a tune folder's windows (s)")
     parser.add_argument("--warmup", type=float, default=20.0, help="a tune folder's warm-up (s)")
+    parser.add_argument("--objective", choices=("output", "total"), default="output")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     try:
-        rows = rows_from_folder(args.folder, args.window, args.warmup)
+        rows = objective(rows_from_folder(args.folder, args.window, args.warmup), args.objective)
     except (ValueError, OSError) as exc:
         raise SystemExit(f"noise_figures: {exc}") from None
     found = report(rows)
-    print(json.dumps(found, indent=2, default=str) if args.json else markdown(found))
+    print(
+        json.dumps(found, indent=2, default=str) if args.json else markdown(found, args.objective)
+    )
 
 
 if __name__ == "__main__":

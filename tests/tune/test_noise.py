@@ -14,6 +14,7 @@ from glm5svc.tune.noise import (
     SOURCES,
     Row,
     attribute,
+    objective,
     removable,
     report,
     rows_from_folder,
@@ -151,6 +152,7 @@ def test_windows_cut_from_the_seconds_alone():
     rows = rows_from_lines(0, lines_at(1000.0, 35), window_s=10, warmup_s=10)
     assert [r.kind for r in rows] == ["warmup", "seconds", "seconds"]
     assert all(r.throughput == pytest.approx(1000.0) for r in rows)
+    assert all(r.throughput == pytest.approx(800.0) for r in objective(rows, "output"))
 
 
 def test_a_recorded_noise_folder_is_read_and_an_empty_one_refused(tmp_path):
@@ -161,12 +163,15 @@ def test_a_recorded_noise_folder_is_read_and_an_empty_one_refused(tmp_path):
     (folder / "start1" / "seconds.jsonl").write_text(
         "\n".join(json.dumps(x) for x in [header, *lines]) + "\n"
     )
-    recorded = [{"kind": "time", "index": i, "throughput": 1000.0 + i,
+    recorded = [{"kind": "time", "index": i, "throughput": 1000.0 + i, "output_throughput": 9.0,
                  "began_unix": 1000.0 + 10 * i, "ended_unix": 1010.0 + 10 * i}
                 for i in range(3)]  # fmt: skip
     (folder / "start1-windows.json").write_text(json.dumps({"windows": recorded}))
     rows = rows_from_folder(folder)
     assert [(r.start, r.throughput) for r in rows] == [(1, 1000.0), (1, 1001.0), (1, 1002.0)]
     assert rows[1].sources["passes_per_s"] == pytest.approx(8.0)
+    assert [r.throughput for r in objective(rows, "output")] == [9.0] * 3
+    with pytest.raises(ValueError, match="no output tokens/s"):
+        objective([Row(0, 0, "time", 1.0)], "output")
     with pytest.raises(ValueError, match="no windows with their seconds"):
         rows_from_folder(tmp_path / "empty")
