@@ -24,8 +24,9 @@ Speaks the part of SGLang's HTTP surface that glm5svc and `sglang.bench_serving
   /get_model_info, /model_info, /v1/models
   /metrics           sglang: families with sglang 0.5.11's HELP text and labels (METRICS):
                      gauges num_running_reqs, num_queue_reqs, gen_throughput, cache_hit_rate,
-                     token_usage and realtime_tokens_total{mode=prefill_compute|
-                     prefill_cache|decode} (scheduler labels engine_type, model_name,
+                     token_usage, realtime_tokens_total{mode=prefill_compute|
+                     prefill_cache|decode} and cuda_graph_passes_total{mode=prefill_|decode_
+                     cuda_graph|none} (scheduler labels engine_type, model_name,
                      moe_ep_rank, pp_rank, tp_rank), advancing with every step; the
                      tokenizer's prompt_tokens_total, generation_tokens_total,
                      num_requests_total and cached_tokens_total{cache_source="device"}
@@ -82,7 +83,12 @@ engine loop itself uses, and `kv_pool_tokens`; the factors are `STEP_FACTORS`):
       factor (a name not in the table, or no flag: 1.0).
   CUDA graphs (on unless --disable-cuda-graph)  step_base_ms costs 0.6x while at most 64
       requests run, step_per_req_ms 1.05x above that: graphs win at low concurrency and
-      lose at high, as the reference deployment saw.
+      lose at high, as the reference deployment saw. A step counts one forward pass in
+      sglang:cuda_graph_passes_total as sglang 0.5.11 labels them: a step that admits
+      requests a prefill pass too (`prefill_cuda_graph`, the piecewise graph, unless
+      --disable-piecewise-cuda-graph: `prefill_none`), every step a decode pass
+      (`decode_cuda_graph` while graphs are on and at most --cuda-graph-max-bs (256)
+      requests run, else `decode_none`).
   --chunked-prefill-size N  at most N new prompt tokens are admitted per step (at least
       one request; absent or <= 0: no limit).
 and --test-mode items:
@@ -367,6 +373,9 @@ METRICS = {
         "mode: prefill_compute, prefill_cache, decode.",
         "scheduler",
     ),
+    "cuda_graph_passes_total": (
+        "counter", "Total number of forward passes categorized by CUDA graph.", "scheduler",
+    ),
 }  # fmt: skip
 
 
@@ -405,6 +414,7 @@ def render_metrics(engine: Engine, model_name: str) -> str:
         "cache_hit_rate": [({}, engine.last_cache_hit_rate)],
         "token_usage": [({}, usage)],
         "realtime_tokens_total": [({"mode": m}, v) for m, v in engine.realtime_tokens.items()],
+        "cuda_graph_passes_total": [({"mode": m}, v) for m, v in engine.passes.items()],
     }
     if engine.requests_total:
         samples["prompt_tokens_total"] = [({}, engine.prompt_tokens_total)]
@@ -498,6 +508,8 @@ def parse_args(argv: list[str]):
     parser.add_argument("--attention-backend", default=None)
     # CUDA graphs are on unless this is given, as in sglang (the model's graph factors).
     parser.add_argument("--disable-cuda-graph", action="store_true")
+    parser.add_argument("--cuda-graph-max-bs", type=int, default=256)
+    parser.add_argument("--disable-piecewise-cuda-graph", action="store_true")
     parser.add_argument("--moe-runner-backend", default=None)
     parser.add_argument("--mem-fraction-static", type=float, default=DEFAULT_MEM_FRACTION_STATIC)
     parser.add_argument("--max-total-tokens", type=int, default=None)
@@ -673,6 +685,7 @@ class Engine:
         self.cached_tokens_total = 0
         self.requests_total = 0
         self.realtime_tokens: dict[str, int] = {}  # by mode, in the order first counted
+        self.passes: dict[str, int] = {}  # forward passes by CUDA-graph mode, likewise
         self.ttft = Histogram(TTFT_BUCKETS)  # seconds from arrival to the first token
         self.itl = Histogram(ITL_BUCKETS)  # seconds between a request's tokens
         self.e2e = Histogram(E2E_BUCKETS)  # seconds from arrival to the last token
@@ -744,6 +757,11 @@ class Engine:
             self.count_realtime("prefill_compute", computed)
             self.count_realtime("prefill_cache", cached)
             self.log_prefill(len(new), computed, cached)
+            piecewise = not self.args.disable_piecewise_cuda_graph
+            self.count_pass("prefill_cuda_graph" if piecewise else "prefill_none")
+        graphed = not self.args.disable_cuda_graph
+        graphed = graphed and len(self.running) <= self.args.cuda_graph_max_bs
+        self.count_pass("decode_cuda_graph" if graphed else "decode_none")
         self.count_realtime("decode", len(self.running))
         self.decode_steps += 1
         self.tokens_since_decode_log += len(self.running)
@@ -770,6 +788,9 @@ class Engine:
     def count_realtime(self, mode: str, tokens: int) -> None:
         if tokens:  # as prometheus_client: a mode appears once it is first counted
             self.realtime_tokens[mode] = self.realtime_tokens.get(mode, 0) + tokens
+
+    def count_pass(self, mode: str) -> None:
+        self.passes[mode] = self.passes.get(mode, 0) + 1
 
     def count_finished(self, request: Request) -> None:
         """sglang's observe_one_finished_request (the tokenizer's counters)."""

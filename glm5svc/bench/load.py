@@ -21,6 +21,9 @@ histogram records that first output chunk: for such requests it is the whole req
 latency, not the first token's. So `latency_probes` of the workers stream instead, and
 time what a streaming client sees: the first token (TTFT) and the gaps between the
 following ones (inter-token latency). Latency limits are judged on those.
+The load's own pacing is counted too (`pacing()`): requests in flight, and each send gap,
+from a worker's answer to its next request on the wire (drawing the prompt, the client's
+share of the interpreter): a load that lags shows there, not as the engine's noise.
 """
 
 from __future__ import annotations
@@ -88,9 +91,29 @@ class LoadCounts:
     failed: int = 0
     errors: list[str] = field(default_factory=list)
     streamed: list[StreamedLatency] = field(default_factory=list)
+    gaps: int = 0  # sends that followed the same worker's answer
+    gap_total_s: float = 0.0  # their gaps, summed
+    gap_max_s: float = 0.0  # the longest since the last pacing()
 
     def streamed_between(self, start: float, end: float) -> list[StreamedLatency]:
         return [s for s in list(self.streamed) if start < s.ended_at <= end]
+
+
+@dataclass(frozen=True)
+class LoadPacing:
+    """The load's counters at one moment (cumulative, but `gap_max_s`: the longest send gap
+    since the previous read)."""
+
+    sent: int
+    completed: int
+    failed: int
+    gaps: int
+    gap_total_s: float
+    gap_max_s: float
+
+    @property
+    def in_flight(self) -> int:
+        return self.sent - self.completed - self.failed
 
 
 class ContinuousLoad:
@@ -132,6 +155,14 @@ class ContinuousLoad:
                 worker.join(max(0.0, deadline - time.monotonic()))
         return self.counts
 
+    def pacing(self) -> LoadPacing:
+        """The pacing counters now; the longest gap starts again from here."""
+        with self._lock:
+            c = self.counts
+            now = LoadPacing(c.sent, c.completed, c.failed, c.gaps, c.gap_total_s, c.gap_max_s)
+            c.gap_max_s = 0.0
+        return now
+
     @property
     def running(self) -> bool:
         return self.started_at is not None and not self._stop.is_set()
@@ -171,6 +202,7 @@ class ContinuousLoad:
         rng = random.Random(f"{self.seed}/{index}")
         stream = index < self.shape.latency_probes
         connection: http.client.HTTPConnection | None = None
+        answered_at: float | None = None  # this worker's last answer, None after a failure
         while not self._stop.is_set():
             body = self._body(rng, stream)
             with self._lock:
@@ -181,11 +213,14 @@ class ContinuousLoad:
                         self.host, self.port, timeout=REQUEST_TIMEOUT_S
                     )
                 sent_at = time.monotonic()
+                if answered_at is not None:
+                    self._gap(sent_at - answered_at)
                 connection.request("POST", "/generate", body=body, headers=self.headers)
                 response = connection.getresponse()
                 if response.status != 200:
                     raise OSError(f"HTTP {response.status}: {response.read()[:120]!r}")
                 timed = read_stream(response, sent_at) if stream else response.read()
+                answered_at = time.monotonic()
                 with self._lock:
                     self.counts.completed += 1
                     if isinstance(timed, StreamedLatency):
@@ -194,6 +229,7 @@ class ContinuousLoad:
                 if connection is not None:
                     connection.close()
                 connection = None
+                answered_at = None  # the retry pause is not the client's pacing
                 with self._lock:
                     self.counts.failed += 1
                     if len(self.counts.errors) < ERRORS_KEPT:
@@ -201,6 +237,13 @@ class ContinuousLoad:
                 self._stop.wait(RETRY_PAUSE_S)
         if connection is not None:
             connection.close()
+
+    def _gap(self, seconds: float) -> None:
+        with self._lock:
+            c = self.counts
+            c.gaps += 1
+            c.gap_total_s += seconds
+            c.gap_max_s = max(c.gap_max_s, seconds)
 
 
 def read_stream(response: http.client.HTTPResponse, sent_at: float) -> StreamedLatency:

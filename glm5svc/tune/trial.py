@@ -34,6 +34,7 @@ from glm5svc.bench.counter_window import CounterRead, CounterWindow, read_counte
 from glm5svc.bench.engine_sampler import SteadyRefused
 from glm5svc.bench.load import ContinuousLoad, LoadShape, StreamedLatency
 from glm5svc.bench.plan import BenchPlan
+from glm5svc.bench.seconds import SECONDS_FILE, SecondsRecorder
 from glm5svc.bench.steady import cached_share_flag, windows_agree
 from glm5svc.child_group import ChildGroup, spawn
 from glm5svc.config import Config, connect_host, read_api_key
@@ -169,14 +170,19 @@ def _measure(request: TrialRequest, serve: ChildGroup, outcome: TrialOutcome, t0
     concurrency = request.load.concurrency
     load = ContinuousLoad(client.base_url, headers, request.load, request.bench.seed)
     window = _Windows(request, serve, client, load)
+    # Every second beside the windows: clocks, power, the engine's gauges, the load's pacing.
+    seconds = SecondsRecorder(client.base_url, headers, request.trial_dir / SECONDS_FILE,
+                              load.pacing)  # fmt: skip
     load.start()
     try:
+        seconds.start()
         failure = window.warm_up(outcome)
         if failure is not None:
             outcome.status, outcome.failure = failure
             return
         _rounds(request, window, client, outcome)
     finally:
+        seconds.stop()
         counts = load.stop()
         outcome.load = {
             "shape": request.load.describe(),

@@ -74,8 +74,8 @@ def record(run_dir: Path, name: str) -> Path:
             text = data.decode(errors="replace")
             if target.suffix == ".log":
                 text = keep_ends(strip_prefix(text))
-            elif target.suffix == ".jsonl":
-                text = slim_jsonl(text)
+            elif target.suffix == ".jsonl" and target.name != "seconds.jsonl":
+                text = slim_jsonl(text)  # bench_serving's lines (seconds.jsonl kept as is)
             target.write_text(text)
     return dest
 
@@ -123,6 +123,7 @@ def summary(results: dict) -> str:
     if "nsa" in results:
         lines.append(f"- nsa: {json.dumps(results['nsa'], default=str)[:3000]}")
     lines += ratio_summary(results.get("ratio", {}))
+    lines += noise_summary(results.get("noise", {}))
     lines += tune_summary(results.get("tune", {}))
     return "\n".join(lines)
 
@@ -136,6 +137,27 @@ def ratio_summary(ratio: dict) -> list[str]:
         if key in ratio:
             lines.append(f"- {key}: {json.dumps(ratio[key], default=str)}")
     return lines
+
+
+def noise_summary(noise: dict) -> list[str]:
+    """The noise scenario: each start's windows (the attribution: lab/gpu/noise_figures.py)."""
+    if not noise:
+        return []
+    lines = [f"- noise: variant {noise.get('variant')}, {noise.get('window_s')} s windows"]
+    for start in noise.get("starts", []):
+        shown = ", ".join(f"{w['kind']} {w['throughput']:,.0f}" for w in start.get("windows", []))
+        error = f"; {start['error']}" if start.get("error") else ""
+        lines.append(f"  - start {start.get('number')}: fired up {start.get('fired_up_s')} s; "
+                     f"{shown}{error}")  # fmt: skip
+    if "error" in noise:
+        lines.append(f"  - error: {noise['error']}")
+    return lines
+
+
+def gpu_tag(machine: dict) -> str:
+    """h100 or h200 from the machine's GPU names (h200 when it cannot tell: the older runs)."""
+    names = " ".join(str(g) for g in machine.get("gpus") or []).upper()
+    return "h100" if "H100" in names else "h200"
 
 
 def tune_summary(tune: dict) -> list[str]:
@@ -154,13 +176,15 @@ def tune_summary(tune: dict) -> list[str]:
 
 def default_name(results: dict) -> str:
     """sglang-<version>-h200-<scenario> for a run of one of the newer scenarios (tune:
-    tune-<start>), else sglang-<version>-<date>."""
+    tune-<start>; noise: on the GPU it ran on), else sglang-<version>-<date>."""
     machine = results.get("machine", {})
     version = machine.get("sglang", "unknown")
     if "tune" in results:
         return f"sglang-{version}-h200-tune-{results['tune'].get('start', 'before')}"
     if "ratio" in results:
         return f"sglang-{version}-h200-ratio"
+    if "noise" in results:
+        return f"sglang-{version}-{gpu_tag(machine)}-noise"
     return f"sglang-{version}-{str(machine.get('date_utc', ''))[:10]}"
 
 

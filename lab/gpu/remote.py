@@ -20,6 +20,9 @@ Scenarios:
   (lab/gpu/tune_scenario.py).
 - precision: the spread of windows against their length and of one setting from start to
   start, every counter read recorded (lab/gpu/precision_scenario.py).
+- noise: fixed-cap windows in two or three starts with every second recorded beside them
+  (clocks, power, the engine's gauges, the load's pacing) and a variant that removes a
+  suspected cause (lab/gpu/noise_scenario.py).
 - grid: the tune's space exhaustively, one engine start per combination of its restart
   knobs (started again in turn), every live value in each (lab/gpu/tune_scenario.py).
 
@@ -401,6 +404,14 @@ def scenario_precision(out: Path, env: dict[str, str], deadline: Deadline, resul
     precision_scenario.run(out, env, deadline, results, MODELS / "qwen3-moe")
 
 
+def scenario_noise(out: Path, env: dict[str, str], deadline: Deadline, results: dict) -> None:
+    # In this process, as precision: glm5svc's dependencies from the unpacked site.
+    sys.path.insert(0, str(SITE))
+    from lab.gpu import noise_scenario
+
+    noise_scenario.run(out, env, deadline, results, MODELS / "qwen3-moe")
+
+
 def scenario_method(out: Path, env: dict[str, str], deadline: Deadline, results: dict) -> None:
     method_scenario.run(out, env, deadline, results, MODELS / "qwen3-moe")
 
@@ -416,6 +427,7 @@ SCENARIO_MODELS = {
     "method": "qwen3-moe",
     "peer": "qwen3-moe",
     "precision": "qwen3-moe",
+    "noise": "qwen3-moe",
 }
 SCENARIOS = {
     "service": scenario_service,
@@ -427,6 +439,7 @@ SCENARIOS = {
     "method": scenario_method,
     "peer": scenario_peer,
     "precision": scenario_precision,
+    "noise": scenario_noise,
 }
 
 

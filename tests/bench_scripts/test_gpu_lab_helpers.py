@@ -118,3 +118,5 @@ def test_record_keeps_the_folders_under_recorded(tmp_path, monkeypatch):
     assert record.default_name({"machine": {"sglang": "0.5.11"}, "ratio": {}}) == (
         "sglang-0.5.11-h200-ratio"
     )
+    h100 = {"sglang": "0.5.11", "gpus": ["NVIDIA H100 80GB HBM3, 81559 MiB"]}
+    assert record.default_name({"machine": h100, "noise": {}}) == "sglang-0.5.11-h100-noise"

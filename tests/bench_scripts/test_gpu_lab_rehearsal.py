@@ -13,6 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from glm5svc.bench.seconds import FIELDS, read_seconds
+from glm5svc.tune.noise import report, rows_from_folder
+from lab.gpu import record
+from lab.gpu.noise_figures import markdown
 from lab.gpu.precision_figures import figures
 from testkit.bench_venv import build_bench_serving_venv
 from testkit.engine import TEST_ENGINE
@@ -205,3 +209,46 @@ def test_precision_scenario_rehearsed_on_the_test_engine(tmp_path):
     found = figures(folder)
     assert found["starts"] == len(starts)
     assert found["start_spread"]["output"][1024]["means"]
+
+
+@pytest.mark.slow  # the bench_serving venv (it makes the tokenizer)
+def test_noise_scenario_rehearsed_on_the_test_engine(tmp_path, monkeypatch):
+    """Two starts of fixed-cap windows with every second recorded beside them, the flush
+    variant after the second's; recorded as a fixture and attributed by noise_figures."""
+    env = rehearsal_env(
+        tmp_path,
+        GPU_LAB_TUNE_OUTPUT_LEN="16",
+        GPU_LAB_NOISE_WINDOW_S="1",
+        GPU_LAB_NOISE_WINDOWS="4",
+        GPU_LAB_NOISE_LATER_WINDOWS="3",
+        GPU_LAB_NOISE_SETTLE_S="0.2",
+        GPU_LAB_NOISE_VARIANT_WINDOWS="2",
+        GPU_LAB_NOISE_MAX_STARTS="2",
+    )
+    done = run_script(
+        [sys.executable, "-m", "lab.gpu.remote", "noise", "--budget", "200"],
+        cwd=REPO, env=env, timeout=240,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    noise = results["noise"]
+    assert "error" not in noise, noise
+    starts = noise["starts"]
+    assert [s["number"] for s in starts] == [1, 2], starts
+    kinds = [[w["kind"] for w in s["windows"]] for s in starts]
+    assert kinds == [["warmup"] * 2 + ["time"] * 4, ["warmup"] * 2 + ["time"] * 3 + ["flush"] * 2]
+    assert all(w["throughput"] > 0 for s in starts for w in s["windows"])
+    assert len(starts[1]["loads"]) == 3  # the first load, then a fresh one after each flush
+    monkeypatch.setattr(record, "FIXTURES", tmp_path / "fixtures")
+    dest = record.record(tmp_path / "out", record.default_name(results))
+    folder = dest / "noise"
+    header, lines = read_seconds(folder / "start1" / "seconds.jsonl")
+    assert header["nvml_absent"] and lines and all(set(FIELDS) <= set(x) for x in lines)
+    assert all(x["running"] is not None and x["in_flight"] is not None for x in lines)
+    assert any(x["passes"] for x in lines)
+    rows = rows_from_folder(folder)
+    assert len(rows) == sum(len(k) for k in kinds)
+    found = report(rows)
+    assert found["spread"]["starts"] == 2 and found["windows"]["n"] == 7
+    assert "flush windows" in found["removable"]
+    assert "Within starts" in markdown(found)

@@ -176,6 +176,27 @@ def test_the_scheduler_counters_advance_with_the_steps_the_request_ones_at_the_e
     assert engine.generation_tokens_total == engine.realtime_tokens["decode"] == 5
 
 
+@pytest.mark.parametrize(
+    ("argv", "prefill", "decode"),
+    [
+        ((), "prefill_cuda_graph", "decode_cuda_graph"),
+        (("--disable-cuda-graph",), "prefill_cuda_graph", "decode_none"),  # as recorded
+        (("--cuda-graph-max-bs", "2"), "prefill_cuda_graph", "decode_none"),  # 3 running
+        (("--disable-piecewise-cuda-graph",), "prefill_none", "decode_cuda_graph"),
+    ],
+)
+def test_forward_passes_are_counted_by_cuda_graph_mode(argv, prefill, decode):
+    """One decode pass a step, one prefill pass a step that admits; a decode batch past
+    --cuda-graph-max-bs runs without its graph, as sglang's does."""
+    engine = engine_for(*argv)
+    for _ in range(3):
+        engine.submit(model.Request(prompt_tokens=4, max_new=3))
+    engine.finish_step(engine.admit())
+    engine.finish_step([])
+    assert engine.passes == {prefill: 1, decode: 2}
+    assert f'mode="{decode}"' in model.render_metrics(engine, "m")
+
+
 def test_health_generations_are_not_counted_as_requests():
     engine = engine_for()
     engine.submit(model.Request(prompt_tokens=1, max_new=1, counted=False))

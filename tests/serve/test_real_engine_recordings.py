@@ -350,16 +350,27 @@ def test_test_engine_metrics_match_real_ones_in_help_type_and_labels(tmp_path):
         "sglang:e2e_request_latency_seconds",
         "sglang:queue_time_seconds",
         "sglang:http_responses_total",
+        "sglang:cuda_graph_passes_total",
     } <= set(served)
     assert served["sglang:realtime_tokens_total"]["values"]["mode"] == {
         "prefill_compute", "prefill_cache", "decode"
+    }  # fmt: skip
+    # A forward pass's mode is its phase and whether a CUDA graph ran it; the recordings
+    # ran with decode graphs off, so only their decode_none is recorded.
+    graph_modes = {f"{phase}_{graph}" for phase in ("prefill", "decode")
+                   for graph in ("cuda_graph", "none")}  # fmt: skip
+    assert real["sglang:cuda_graph_passes_total"]["values"]["mode"] <= graph_modes
+    assert served["sglang:cuda_graph_passes_total"]["values"]["mode"] == {
+        "prefill_cuda_graph", "decode_cuda_graph"
     }  # fmt: skip
     for name, family in served.items():
         assert family["meta"] and family["meta"] <= real[name]["meta"], name
         assert family["keys"] <= real[name]["keys"], name
         for key, values in family["values"].items():
             # The model's name and the HTTP routes and answers the requests sent decide.
-            if key not in ("model_name", "endpoint", "status_code"):
+            if (name, key) == ("sglang:cuda_graph_passes_total", "mode"):
+                assert values <= graph_modes
+            elif key not in ("model_name", "endpoint", "status_code"):
                 assert values <= real[name]["values"][key], (name, key)
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from glm5svc.bench.seconds import FIELDS, SECONDS_FILE, read_seconds
 from glm5svc.tune.evidence import TrialRecord
 from glm5svc.tune.outputs import write_outputs
 from glm5svc.tune.settings import SearchSettings
@@ -269,6 +270,14 @@ def test_each_start_holds_one_continuous_load_read_in_counter_windows(
             measured[run["name"]] = run["live_value"]
     assert sorted(measured.values()) == [8, 8, 64, 64]
     assert [t["runs"] for t in summary["trials"]] == [2, 2]
+    # Every second of the measurement beside the windows: no NVML here (null GPU fields),
+    # the engine's gauges and counters, the load's pacing.
+    header, seconds = read_seconds(run_dir / "starts" / "000" / SECONDS_FILE)
+    assert header["nvml_absent"] and len(seconds) >= 4
+    assert all(set(FIELDS) <= set(line) for line in seconds)
+    assert all(line["running"] is not None and line["passes"] for line in seconds)
+    assert seconds[-1]["decode"] > seconds[0]["decode"] and seconds[-1]["gaps"] > 0
+    assert 0 < max(line["in_flight"] for line in seconds) <= 32
 
 
 def test_a_tune_on_a_request_file_sends_its_lengths_and_refuses_a_bad_one(
