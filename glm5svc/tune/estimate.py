@@ -241,7 +241,8 @@ def first_pass(knobs: tuple[KnobCount, ...]) -> tuple[int, int]:
     return starts, settings
 
 
-def estimate(inputs: EstimateInputs) -> Estimate:
+def estimate(inputs: EstimateInputs, answer: bool = True) -> Estimate:
+    """The plan; `answer`: with its power and, where it does not fit, what would."""
     start_s, basis = start_seconds(inputs)
     window_s = inputs.measured_window_s or inputs.window_s
     warnings = [w for w in (memory_warning(inputs),) if w]
@@ -313,7 +314,7 @@ def estimate(inputs: EstimateInputs) -> Estimate:
                         for k in knobs if k.restart]  # fmt: skip
             knobs, live_only = live, True
             starts, settings, windows, total, first, other = alone
-    fitting = () if total <= inputs.budget_s else _what_fits(inputs, knobs, total)
+    fitting = () if total <= inputs.budget_s or not answer else _what_fits(inputs, knobs, total)
     return Estimate(
         starts=starts,
         settings=settings,
@@ -331,20 +332,27 @@ def estimate(inputs: EstimateInputs) -> Estimate:
         kept=tuple(k.name for k in knobs),
         confirmation_starts=confirmation_starts(knobs),
         live_only=live_only,
-        power=power_lines(inputs, knobs, first_rounds=max(FIRST_START_ROUNDS, inputs.repeats)),
+        power=power_lines(inputs, knobs, max(FIRST_START_ROUNDS, inputs.repeats)) if answer else (),
         fitting=fitting,
     )
 
 
 def _what_fits(inputs: EstimateInputs, knobs, total: float) -> tuple[str, ...]:
-    """The budget that fits these knobs, and the longest window that would fit the budget."""
+    """The budget that fits these knobs, and the longest window (in tenths of a second,
+    at least one second) that would fit the budget."""
     said = [f"a budget of {_clock(total)} fits it (--budget {math.ceil(total)})"]
-    window = inputs.measured_window_s or inputs.window_s
-    for tenth in range(int(window * 10) - 1, 9, -1):
-        shorter = replace(inputs, window_s=tenth / 10, measured_window_s=None)
-        if estimate(replace(shorter, knobs=knobs, budget_s=math.inf)).total_s <= inputs.budget_s:
-            said.append(f"or windows of {tenth / 10:g} s (--window {tenth / 10:g}), wider apart")
-            break
+
+    def fits(tenths: int) -> bool:
+        shorter = replace(inputs, knobs=knobs, window_s=tenths / 10, measured_window_s=None,
+                          budget_s=math.inf)  # fmt: skip
+        return estimate(shorter, answer=False).total_s <= inputs.budget_s
+
+    low, high = 10, int((inputs.measured_window_s or inputs.window_s) * 10) - 1
+    if high >= low and fits(low):
+        while low < high:  # the cost grows with the window: the longest that fits
+            middle = (low + high + 1) // 2
+            low, high = (middle, high) if fits(middle) else (low, middle - 1)
+        said.append(f"or windows of {low / 10:g} s (--window {low / 10:g}), wider apart")
     return tuple(said)
 
 

@@ -7,6 +7,7 @@ and a resumed run's measured figures in place of the estimates."""
 
 from __future__ import annotations
 
+import math
 import re
 
 import pytest
@@ -143,7 +144,8 @@ def test_a_budget_too_small_drops_the_last_knobs_and_says_why():
     text = "\n".join(found.lines())
     assert "least influential" in text and found.dropped[0].knob in text
     hopeless = estimate(with_(GLM5, budget_s=60))
-    assert not hopeless.fits and "raise --budget" in hopeless.lines()[-2]
+    assert not hopeless.fits and "--budget" in hopeless.lines()[-2]
+    assert f"--budget {math.ceil(hopeless.total_s)}" in hopeless.lines()[-2]
     assert hopeless.kept == ("tuning.max_running_requests",)
 
 
@@ -250,3 +252,40 @@ def test_measured_figures_replace_the_estimates_and_what_is_done_is_not_counted_
                                             done_starts=99, done_settings=99))  # fmt: skip
     assert (everything.starts, everything.total_s) == (0, 0)
     assert everything.lines()[0].startswith("plan: nothing left to measure")
+
+
+def test_a_restart_knob_that_does_not_fit_leaves_the_live_knob_confirmed_in_its_start():
+    # The GPU lab's space from `before`: the cap live, CUDA graphs a restart.
+    cap = KnobCount("tuning.max_running_requests", 2, restart=False)
+    lab = EstimateInputs(knobs=(cap, KnobCount("tuning.cuda_graph", 2)), budget_s=555,
+                         window_s=10, repeats=2, settle_s=4, warmup_max_s=20, max_repeats=8,
+                         measured_start_s=130)  # fmt: skip
+    found = estimate(lab)
+    assert found.fits and found.kept == ("tuning.max_running_requests",)
+    # One start: the screen's rounds and the confirmation's fresh ones, no confirming start.
+    assert found.starts == 1 and found.confirmation_starts == 0
+    assert found.first_start_s == pytest.approx(
+        130 + 20 + 2 * FIRST_START_ROUNDS * 2 * (10 + 4) + STOP_S
+    )
+    text = "\n".join(found.lines())
+    assert "a live +10% effect is called better" in text
+    # A budget it cannot fit is answered with the budget that fits, and a shorter window.
+    short = estimate(with_(lab, budget_s=found.total_s - 60))
+    answer = short.lines()[-1] if not short.warnings else short.lines()[-2]
+    assert not short.fits and f"--budget {math.ceil(short.total_s)}" in answer
+    window = float(answer.split("--window ")[1].split(")")[0])
+    assert window < 10 and estimate(with_(lab, window_s=window)).total_s <= short.budget_s
+    assert estimate(with_(lab, window_s=window + 0.1)).total_s > short.budget_s
+
+
+def test_the_plan_s_power_follows_the_spreads():
+    lab = EstimateInputs(knobs=(LIVE_CAP, KnobCount("tuning.cuda_graph", 2)), budget_s=10**6,
+                         window_s=10, repeats=2)  # fmt: skip
+    quiet, noisy = (estimate(with_(lab, pair_spread=s, start_spread=s)) for s in (0.02, 0.20))
+
+    def shares(found):
+        return [int(x) for line in found.power for x in re.findall(r"(\d+)% of the time", line)]
+
+    assert shares(quiet)[0] > shares(noisy)[0]
+    assert all("restart" in line for line in quiet.power[1:])
+    assert quiet.to_dict()["power"] == list(quiet.power)
