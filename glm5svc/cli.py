@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import textwrap
 
 from glm5svc import __version__
 from glm5svc.cli_options import config_path
@@ -16,6 +17,7 @@ from glm5svc.json_output import emit_error, schema_name
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 USAGE_SCHEMA = schema_name(["usage"])
+HELP_WIDTH = 88
 
 # Each module defines register(subparsers) -> parser with set_defaults(func=run).
 COMMAND_MODULES = [
@@ -35,6 +37,20 @@ COMMAND_MODULES = [
 ]
 # Commands cli.py itself adds, after the modules': they need the whole parser.
 PARSER_COMMANDS = ["completion"]
+# `glm5svc --help` lists the commands by task, in this order (tests/common/test_cli.py
+# checks that every command is in exactly one).
+COMMAND_GROUPS = {
+    "deploy": ["provision", "validate", "preflight", "patch", "unit", "completion"],
+    "run": ["serve", "command"],
+    "measure": ["bench"],
+    "tune": ["tune"],
+    "night": ["night"],
+    "observe": ["status", "telemetry", "rules"],
+}
+DOCS_POINTER = (
+    "Every command's options: docs/cli.md (or `glm5svc COMMAND --help`); deploying, the "
+    "first run, upgrades and one unattended night: docs/operations.md."
+)
 
 
 class UsageError(Glm5Error):
@@ -72,7 +88,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         type=config_path,
         help="service configuration (default: $GLM5SVC_CONFIG, else /etc/glm5/glm5.yaml)",
     )
-    subparsers = parser.add_subparsers(dest="command_name", metavar="COMMAND", required=True)
+    # The commands are listed by task in the epilog (grouped_commands), not argparse's one list.
+    subparsers = parser.add_subparsers(
+        dest="command_name", metavar="COMMAND", required=True, help=argparse.SUPPRESS
+    )
     for name in [only] if only else COMMAND_MODULES:
         importlib.import_module(f"glm5svc.commands.{name}").register(subparsers)
     if not only:  # completion needs the whole parser
@@ -86,7 +105,33 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         completion.set_defaults(func=lambda args: print(script(parser, args.shell)))
     for path, command in json_commands(parser).items():
         command.set_defaults(json_schema=schema_name(path))
+    if not only:  # set after the sub-commands took their prog from the usage argparse makes
+        parser.usage = "glm5svc [-h] [--version] [--config PATH] COMMAND ..."
+        parser.epilog = grouped_commands(subparsers)
+        parser.formatter_class = argparse.RawDescriptionHelpFormatter
     return parser
+
+
+def grouped_commands(subparsers: argparse._SubParsersAction) -> str:
+    """The commands by task (COMMAND_GROUPS), each with its one-line help, then where the
+    docs are: what `glm5svc --help` ends with."""
+    helps = {action.dest: action.help or "" for action in subparsers._choices_actions}  # noqa: SLF001
+    width = max(map(len, helps)) + 2
+    lines = []
+    for task, names in COMMAND_GROUPS.items():
+        lines += ["", f"{task}:"]
+        for name in names:
+            lines += _wrapped(name, helps.pop(name), width)
+    for name in helps:  # a command no group names (the test above fails on it)
+        lines += _wrapped(name, helps[name], width)
+    return "\n".join([*lines[1:], "", *textwrap.wrap(DOCS_POINTER, HELP_WIDTH)])
+
+
+def _wrapped(name: str, text: str, width: int) -> list[str]:
+    indent = " " * (width + 2)
+    return textwrap.wrap(
+        text, HELP_WIDTH, initial_indent=f"  {name:<{width}}", subsequent_indent=indent
+    )
 
 
 def json_commands(

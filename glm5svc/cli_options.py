@@ -206,7 +206,8 @@ def add_number(
         example = default if example is None else example
         number = Number(kind=kind, range=range or Range(), unit=unit, example=example)
         if default is not None:
-            help = f"{help} (default: {_shown(default)})"
+            shown = _duration_text(default) if duration and _is_number(default) else default
+            help = f"{help} (default: {_shown(shown)})"
     if duration:
         number = Duration(kind=float, range=number.range, unit="seconds", example=number.example)
     if nargs:
@@ -268,7 +269,7 @@ def add_model_options(groups: dict[str, Any], model: type[BaseModel]) -> None:
             kind=number.kind,
             range=number.range,
             unit=option.unit,
-            default=_duration_text(default) if option.duration and default else default,
+            default=default,
             metavar=option.metavar,
             duration=option.duration,
             dest=name,
@@ -290,6 +291,10 @@ def _duration_text(seconds: float) -> str:
         if seconds >= scale and float(seconds / scale).is_integer():
             return f"{int(seconds // scale)}{suffix}"
     return f"{_number(seconds)}s"
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _shown(value: Any) -> str:

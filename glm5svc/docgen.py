@@ -172,6 +172,12 @@ def cli_reference() -> str:
         "",
         "## glm5svc",
         *_parser_doc(parser),
+        "",
+        "The commands by task (what `glm5svc --help` ends with):",
+        "",
+        "```",
+        parser.epilog,
+        "```",
     ]
     commands = subparsers_of(parser)
     order = [*COMMAND_MODULES, *PARSER_COMMANDS]

@@ -25,8 +25,12 @@ EXIT_CODES: dict[str, tuple[tuple[int, str], ...]] = {
     "status": (
         (0, "ready (the fleet view: every replica ready and in the gateway)"),
         (1, "not ready (the fleet view: a replica not ready or not in the gateway)"),
-        (3, "unreachable: nothing listens (the fleet view: the gateway)"),
-        (4, "the answer is not a glm5svc status"),
+        (
+            3,
+            "unreachable: nothing listens, the service is not running (the fleet view: "
+            "the gateway)",
+        ),
+        (4, "the answer is not a glm5svc status (another program on the port)"),
         CONFIG,
     ),
     "bench": (

@@ -32,6 +32,24 @@ NIGHT_BUDGET_S = 8 * 3600.0
 # The tune's own default (WorkloadOptions.concurrency; tests/night checks they agree).
 DEFAULT_CONCURRENCY = 256
 DEFAULT_WINDOWS = 3
+# What each action's --help says above its options (docs/operations.md has the whole story).
+DESCRIPTIONS = {
+    "plan": "Print the night's plan and run nothing: the budget split between the evening's "
+    "bench, the tune (with its own plan: the starts it makes and the knobs it drops to fit) "
+    "and the morning's apply, bench and a rollback's restart kept in reserve. The same "
+    "options as `night begin`.",
+    "begin": "Start a night: make its folder under service.results_dir/night/, print its "
+    "plan and start glm5-tune.service, which runs it on the box (the caller may go away).",
+    "resume": "What glm5-tune.service runs: the night in progress (service.results_dir/"
+    "night-current), from its state file, where it stopped; after a crash or a reboot too.",
+    "status": "Show a night step by step (default: the one in progress, else the last one): "
+    "each step's state, what it said, and the outcome once it ended.",
+    "report": "Print a night's morning report (report.md; --json: report.json): the outcome "
+    "and why, evening and morning with their intervals, what changed, what the plan dropped.",
+    "stop": "Stop the night cleanly (systemctl stop glm5-tune): the running step stops, the "
+    "evening's configuration goes back if it changed and glm5.service is checked serving; "
+    "the report says stopped. Never kill -9 the night: systemd starts it again.",
+}
 
 
 def register(subparsers):
@@ -48,12 +66,14 @@ def register(subparsers):
         ("plan", "print what the night's budget holds, then exit", run_plan),
         ("begin", "start a night: its folder, its plan, then glm5-tune.service", run_begin),
     ):
-        action = actions.add_parser(name, help=help_text, epilog=epilog(f"night {name}"))
+        action = actions.add_parser(
+            name, help=help_text, description=DESCRIPTIONS[name], epilog=epilog(f"night {name}")
+        )
         _night_options(action)
         action.set_defaults(func=func)
     resume = actions.add_parser(
         "resume", help="run the night in progress from where it stopped",
-        epilog=epilog("night resume"),
+        description=DESCRIPTIONS["resume"], epilog=epilog("night resume"),
     )  # fmt: skip
     resume.add_argument("night_dir", nargs="?", metavar="DIR", help="default: the one in progress")
     resume.set_defaults(func=run_resume)
@@ -61,13 +81,15 @@ def register(subparsers):
         ("status", "the night in progress (or the last one), step by step", run_status),
         ("report", "print the morning report of a night (default: the last one)", run_report),
     ):
-        action = actions.add_parser(name, help=help_text, epilog=epilog(f"night {name}"))
+        action = actions.add_parser(
+            name, help=help_text, description=DESCRIPTIONS[name], epilog=epilog(f"night {name}")
+        )
         action.add_argument("night_dir", nargs="?", metavar="DIR", help="a night's folder")
         action.add_argument("--json", action="store_true", help="print it as JSON")
         action.set_defaults(func=func)
     stop = actions.add_parser(
         "stop", help="stop the night cleanly (systemctl stop glm5-tune)",
-        epilog=epilog("night stop"),
+        description=DESCRIPTIONS["stop"], epilog=epilog("night stop"),
     )  # fmt: skip
     stop.set_defaults(func=run_stop)
     return parser

@@ -1,10 +1,6 @@
 """`glm5svc status`: the running service, from its /status: phase, readiness, the KV pool
 the engine allocated; `--fleet`: every replica's /status and the gateway's view of them in
 one table; the last unattended night's outcome (`glm5svc night`) below the service's.
-
-Exit status: 0 ready (with --fleet: every replica ready and the gateway counts all of them
-healthy); 1 not ready; 3 unreachable (nothing listens: the service is not running); 4 the
-answer is not a glm5svc status (another program on the port); 78 bad config/flags.
 """
 
 from __future__ import annotations

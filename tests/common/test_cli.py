@@ -7,7 +7,15 @@ import sys
 
 import pytest
 
-from glm5svc.cli import COMMAND_MODULES, build_parser, chosen_command, main
+from glm5svc.cli import (
+    COMMAND_GROUPS,
+    COMMAND_MODULES,
+    DOCS_POINTER,
+    PARSER_COMMANDS,
+    build_parser,
+    chosen_command,
+    main,
+)
 from glm5svc.commands import status
 
 
@@ -15,6 +23,24 @@ def test_help_lists_every_command():
     text = build_parser().format_help()
     for name in COMMAND_MODULES:
         assert name in text
+
+
+def test_help_groups_the_commands_by_task_and_points_to_the_docs():
+    grouped = [name for names in COMMAND_GROUPS.values() for name in names]
+    assert sorted(grouped) == sorted(COMMAND_MODULES + PARSER_COMMANDS)  # each exactly once
+    lines = build_parser().format_help().splitlines()
+    headings = [line[:-1] for line in lines if line.endswith(":") and line[:-1] in COMMAND_GROUPS]
+    assert headings == ["deploy", "run", "measure", "tune", "night", "observe"]
+    for task, names in COMMAND_GROUPS.items():
+        start = lines.index(f"{task}:")
+        listed = []
+        for line in lines[start + 1 :]:
+            if not line.strip():
+                break
+            if not line.startswith("   "):
+                listed.append(line.split()[0])
+        assert listed == names, task
+    assert " ".join(DOCS_POINTER.split()) in " ".join(" ".join(lines).split())
 
 
 @pytest.mark.parametrize(
@@ -54,3 +80,4 @@ def test_status_help_describes_the_command_and_each_exit_status(capsys):
                           (status.EXIT_UNREACHABLE, "unreachable"),
                           (status.EXIT_UNKNOWN, "the answer is not a glm5svc status")):  # fmt: skip
         assert f"{code} {meaning}" in said
+        assert said.count(f"{code} {meaning}") == 1, f"exit status {code} listed twice"
