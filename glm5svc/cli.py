@@ -105,8 +105,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         completion.set_defaults(func=lambda args: print(script(parser, args.shell)))
     for path, command in json_commands(parser).items():
         command.set_defaults(json_schema=schema_name(path))
-    if not only:  # set after the sub-commands took their prog from the usage argparse makes
-        parser.usage = "glm5svc [-h] [--version] [--config PATH] COMMAND ..."
+    # Set after the sub-commands took their prog from the usage argparse makes.
+    parser.usage = "glm5svc [-h] [--version] [--config PATH] COMMAND ..."
+    if not only:
         parser.epilog = grouped_commands(subparsers)
         parser.formatter_class = argparse.RawDescriptionHelpFormatter
     return parser

@@ -1,11 +1,18 @@
 """`glm5svc provision`: site.yml through ansible-runner, a live view, a final summary.
 
+It takes ansible-playbook's spelling of what an operator's run needs (docs/operations.md):
+`-i`, the playbook (positional, or --playbook), --check, --diff, --limit, --tags,
+--skip-tags, -e, and the vault's --ask-vault-pass (asked here, with no echo, and given to
+ansible-playbook's own prompt: never in argv or the log), --vault-password-file and
+--vault-id. Any other ansible-playbook option is refused (exit 2) naming it.
+
 Exit status: ansible-playbook's (0 done, 2 a host failed, 4 unreachable, ...); 1 when
 nothing ran because no host matched, or ansible-runner could not start the playbook.
 """
 
 from __future__ import annotations
 
+import getpass
 import os
 from pathlib import Path
 
@@ -26,6 +33,10 @@ from glm5svc.provision.runner import (
 )
 
 DEFAULT_LOG_DIR = Path(os.environ.get("GLM5SVC_PROVISION_LOGS", "/var/log/glm5svc"))
+SITE = "site.yml"
+# ansible-playbook's prompt for a vault password (ansible/parsing/vault: PromptVaultSecret:
+# "Vault password: ", with a vault id "Vault password (<id>): ").
+VAULT_PROMPT = r"^Vault password( \([^)]*\))?:\s*?$"
 
 
 def register(subparsers):
@@ -38,7 +49,14 @@ def register(subparsers):
     parser.add_argument(
         "-i", "--inventory", help="the site's inventory, e.g. inventory/<site>/hosts.yml"
     )
-    parser.add_argument("--playbook", default="site.yml", help="the playbook, in --project")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument(
+        "playbook_file",
+        nargs="?",
+        metavar="PLAYBOOK",
+        help=f"the playbook, in --project, as ansible-playbook takes it (default: {SITE})",
+    )
+    which.add_argument("--playbook", help="the same as PLAYBOOK")
     ansible = parser.add_argument_group("passed to ansible-playbook as they are")
     ansible.add_argument("--check", action="store_true", help="change nothing, report")
     ansible.add_argument("--diff", action="store_true", help="show what files change")
@@ -51,6 +69,19 @@ def register(subparsers):
         action="append",
         metavar="VARS",
         help="key=value, a JSON/YAML string or @file (repeat)",
+    )
+    ansible.add_argument(
+        "--ask-vault-pass",
+        action="store_true",
+        help="ask for the vault password here (no echo) and answer ansible-playbook's prompt "
+        "with it: never in argv or the log",
+    )
+    ansible.add_argument(
+        "--vault-password-file", metavar="FILE", action="append",
+        help="a file holding the vault password (repeat)",
+    )  # fmt: skip
+    ansible.add_argument(
+        "--vault-id", metavar="ID", action="append", help="a vault identity, e.g. prod@prompt"
     )
     parser.add_argument("--log-dir", default=str(DEFAULT_LOG_DIR), help="full logs kept here")
     parser.add_argument("--json", action="store_true", help="no live view; the summary as JSON")
@@ -82,16 +113,41 @@ def ansible_arguments(args) -> list[str]:
             extra += [name, value]
     for value in args.extra_vars or []:
         extra += ["--extra-vars", value]
+    if args.ask_vault_pass:
+        extra.append("--ask-vault-pass")
+    for name, values in (("--vault-password-file", args.vault_password_file),
+                         ("--vault-id", args.vault_id)):  # fmt: skip
+        for value in values or []:
+            extra += [name, value]
     return extra
+
+
+def chosen_playbook(args) -> str:
+    return args.playbook_file or args.playbook or SITE
+
+
+def vault_passwords(args) -> dict[str, str]:
+    """--ask-vault-pass: the password, asked here, as ansible-runner's answer to the prompt."""
+    if not args.ask_vault_pass:
+        return {}
+    return {VAULT_PROMPT: getpass.getpass("Vault password: ")}
 
 
 def run(args) -> int:
     project = Path(args.project).resolve()
     extra = ansible_arguments(args)
-    log_path = new_log_path(project, args.playbook, Path(args.log_dir))
+    playbook = chosen_playbook(args)
+    log_path = new_log_path(project, playbook, Path(args.log_dir))
+    passwords = vault_passwords(args)
     progress = Progress()
+
+    def run_it(on_event) -> int:
+        return run_playbook(
+            project, playbook, args.inventory, extra, log_path, on_event, passwords=passwords
+        )
+
     if args.json:
-        rc = run_playbook(project, args.playbook, args.inventory, extra, log_path, progress.handle)
+        rc = run_it(progress.handle)
     else:
         console = Console()
         with Live(_table(progress), console=console, refresh_per_second=4) as live:
@@ -100,7 +156,7 @@ def run(args) -> int:
                 progress.handle(event)
                 live.update(_table(progress))
 
-            rc = run_playbook(project, args.playbook, args.inventory, extra, log_path, on_event)
+            rc = run_it(on_event)
     if no_host_matched(progress):
         groups = inventory_groups(project, args.inventory)
         error = no_hosts_error(progress, args.limit, args.inventory, groups)

@@ -111,7 +111,7 @@ def new_log_path(project_dir: Path, playbook: str, log_dir: Path) -> Path:
     if not (project_dir / playbook).is_file():
         raise ProvisionError(
             f"no playbook {project_dir / playbook}: pass --project (the glm5svc checkout "
-            "holding site.yml) or --playbook"
+            "holding site.yml) or the playbook (PLAYBOOK or --playbook)"
         )
     if importlib.util.find_spec("ansible_runner") is None:
         raise ProvisionError("ansible-runner is not installed: pip install 'glm5svc[provision]'")
@@ -136,8 +136,11 @@ def run_playbook(
     extra_args: list[str],
     log_path: Path,
     on_event,
+    passwords: dict[str, str] | None = None,
 ) -> int:
-    """ansible-runner over the playbook; every event to on_event, its output to log_path."""
+    """ansible-runner over the playbook; every event to on_event, its output to log_path;
+    `passwords`: ansible-runner's answers to ansible's prompts (pattern -> answer), kept in
+    memory only."""
     import ansible_runner  # an optional dependency (glm5svc[provision]), checked above
 
     cmdline = shlex.join(extra_args)
@@ -163,6 +166,7 @@ def run_playbook(
             cmdline=cmdline or None,
             envvars=_ansible_env(project_dir),
             event_handler=event_handler,
+            passwords=passwords or None,
             quiet=True,
         )
     return int(result.rc or 0)

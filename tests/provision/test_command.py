@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from glm5svc.cli import main
+from glm5svc.cli import build_parser, main
+from glm5svc.commands import provision
 
 PLAYBOOK = """\
 - name: A play on this machine
@@ -134,3 +135,65 @@ def test_unreachable_hosts_are_named_with_what_to_check(project, tmp_path, capsy
     doc = json.loads(capsys.readouterr().out)
     assert status == 4 and doc["ok"] is False
     assert doc["hints"][0].startswith("unreachable: gone-host (")
+
+
+VAULT_PLAYBOOK = """\
+- name: A play that reads a vaulted variable
+  hosts: localhost
+  connection: local
+  gather_facts: false
+  tasks:
+    - name: The secret's length
+      ansible.builtin.debug:
+        msg: "length {{ vault_secret_word | length }}"
+"""
+
+
+@pytest.mark.timeout(120)
+def test_ask_vault_pass_answers_ansibles_prompt_and_keeps_the_password_out(
+    project, tmp_path, capsys, monkeypatch
+):
+    from ansible.parsing.vault import VaultLib, VaultSecret
+
+    secret, password = "open-sesame", "the-vault-password"
+    vault = VaultLib([("default", VaultSecret(password.encode()))])
+    (project / "group_vars" / "all").mkdir(parents=True)
+    (project / "group_vars" / "all" / "vault.yml").write_bytes(
+        vault.encrypt(f"vault_secret_word: {secret}\n")
+    )
+    (project / "vaulted.yml").write_text(VAULT_PLAYBOOK)
+    asked = []
+    monkeypatch.setattr(
+        provision.getpass, "getpass", lambda prompt: asked.append(prompt) or password
+    )
+    logs = tmp_path / "logs"
+    # The playbook as ansible-playbook takes it: positional, after the options.
+    status = main(
+        [
+            "provision", "--project", str(project), "-i", str(project / "hosts.yml"),
+            "--log-dir", str(logs), "--ask-vault-pass", "--json", "vaulted.yml",
+        ]
+    )  # fmt: skip
+    doc = json.loads(capsys.readouterr().out)
+    assert asked == ["Vault password: "]
+    assert status == 0, doc
+    assert doc["hosts"]["localhost"]["messages"] == {"The secret's length": f"length {len(secret)}"}
+    assert "--ask-vault-pass" in doc["ansible_arguments"]
+    [log] = list(logs.iterdir())
+    written = log.read_text() + json.dumps(doc)
+    assert password not in written and secret not in written
+
+
+def test_the_vault_options_pass_through_and_one_playbook_only(capsys):
+    args = build_parser().parse_args(
+        ["provision", "--vault-password-file", "/p/a", "--vault-id", "prod@prompt", "night.yml"]
+    )
+    assert provision.ansible_arguments(args) == [
+        "--vault-password-file", "/p/a", "--vault-id", "prod@prompt",
+    ]  # fmt: skip
+    assert provision.chosen_playbook(args) == "night.yml"
+    assert provision.chosen_playbook(build_parser().parse_args(["provision"])) == "site.yml"
+    assert main(["provision", "--playbook", "a.yml", "b.yml"]) == 2
+    assert "not allowed with argument" in capsys.readouterr().err
+    assert main(["provision", "--forks=5"]) == 2
+    assert "unrecognized arguments: --forks=5" in capsys.readouterr().err
