@@ -1,0 +1,146 @@
+"""Every command line of docs/operations.md is one glm5svc reads: each `glm5svc ...` (in a
+fenced block or inline) is parsed by glm5svc's own parser, in-process, and each
+`ansible-playbook ...` is parsed as `glm5svc provision ...` with the same options (the page
+says provision takes them). An unknown command or option, or a value the option refuses,
+fails here. A synopsis (`[--budget 8h] [... | --request-file FILE]`) has each option it
+names checked against its command."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from glm5svc.cli import UsageError, build_parser
+from glm5svc.cli_options import subparsers_of
+
+REPO = Path(__file__).resolve().parents[2]
+PAGES = [REPO / "docs" / "operations.md"]
+PROGRAMS = ("glm5svc", "ansible-playbook")
+FENCE = re.compile(r"^ *```[^\n]*\n(.*?)^ *```", re.M | re.S)
+INLINE = re.compile(r"`([^`]+)`")
+PLACEHOLDER = re.compile(r"<[^<>\s][^<>]*>")
+QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
+
+
+def synopsis(line: str) -> bool:
+    """A usage synopsis (`[--budget 8h]`, `A | B`, `...`) outside quoted values."""
+    return bool(re.search(r"[\[|]|\.\.\.", QUOTED.sub("", line)))
+
+
+def command_lines(text: str) -> list[str]:
+    """The shell lines of the fenced blocks (continuations joined, comments dropped) and the
+    inline code spans (line breaks inside them joined) that run one of PROGRAMS."""
+    found = []
+    for block in FENCE.findall(text):
+        for line in block.replace("\\\n", " ").splitlines():
+            found.append(line.split("  #")[0].strip())
+    for span in INLINE.findall(FENCE.sub("", text)):
+        found.append(" ".join(span.split()))
+    lines = []
+    for line in found:
+        words = line.split(" ")
+        start = _program_at(words)
+        if start is not None:  # from the program on: `pct exec 200 -- glm5svc status`
+            lines.append(" ".join(words[start:]))
+    return lines
+
+
+def _program_at(words: list[str]) -> int | None:
+    """Where glm5svc or ansible-playbook starts in a line's words (`.venv/bin/glm5svc`)."""
+    for index, word in enumerate(words):
+        if word.rsplit("/", 1)[-1] in PROGRAMS:
+            return index
+    return None
+
+
+def glm5svc_argv(line: str) -> list[str]:
+    """The line as glm5svc's argv: placeholders given a value, ansible-playbook's options
+    given to `glm5svc provision`."""
+    words = shlex.split(PLACEHOLDER.sub("x", line))
+    program, argv = words[0].rsplit("/", 1)[-1], words[1:]
+    return ["provision", *argv] if program == "ansible-playbook" else argv
+
+
+LINES = sorted({line for page in PAGES for line in command_lines(page.read_text())})
+
+
+def test_the_walk_finds_the_pages_commands():
+    """What the walk must see (a walker that finds nothing passes vacuously)."""
+    programs = {line.split()[0].rsplit("/", 1)[-1] for line in LINES}
+    assert programs == {"glm5svc", "ansible-playbook"}
+    nights = [line for line in LINES if line.startswith("glm5svc provision") and "night" in line]
+    assert nights and not any(synopsis(line) for line in nights)  # parsed, not skimmed
+    assert any("--fail-on-regression" in line for line in LINES)
+    assert len(LINES) > 30
+
+
+def problem(line: str) -> str | None:
+    """What glm5svc's parser says of a command line; None when it reads it."""
+    argv = glm5svc_argv(line)
+    if argv in (["--version"], ["--help"]):
+        return None  # argparse's own actions, which exit
+    try:
+        args = build_parser().parse_args(argv)
+        if getattr(args, "tune_args", None):  # night's `-- TUNE OPTIONS` go to `tune run`
+            build_parser().parse_args(["tune", "run", *args.tune_args])
+        for value in getattr(args, "extra_vars", None) or []:  # the night playbook's options
+            options = _json(value).get("glm5_night_options")
+            if isinstance(options, list):
+                build_parser().parse_args(["night", "begin", *options])
+    except UsageError as exc:
+        return str(exc)
+    return None
+
+
+def _json(text: str) -> dict:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def synopsis_problem(line: str) -> str | None:
+    """An option a synopsis names that its command (or `tune run`, after `--`) lacks."""
+    words = glm5svc_argv(re.sub(r"[\[\]|]", " ", line).replace("...", " "))
+    head, _, tune = " ".join(words).partition(" -- ")
+    path = [w for w in head.split() if not w.startswith("-")]
+    commands = subparsers_of(build_parser())
+    while path and " ".join(path) not in commands:
+        path.pop()  # the words after the command are values (8h, N, FILE)
+    if not path:
+        return "no such command"
+    for command, options in ((" ".join(path), head), ("tune run", tune)):
+        known = {flag for action in commands[command]._actions for flag in action.option_strings}  # noqa: SLF001
+        for option in re.findall(r"(?<!\S)--?[a-z][a-z0-9-]*", options):
+            if option not in known:
+                return f"{command} has no {option}"
+    return None
+
+
+@pytest.mark.parametrize("line", LINES)
+def test_each_command_line_is_one_glm5svc_reads(line):
+    said = synopsis_problem(line) if synopsis(line) else problem(line)
+    assert said is None, f"docs/operations.md: `{line}`: {said}"
+
+
+@pytest.mark.parametrize(
+    ("line", "said"),
+    [
+        ("`glm5svc night begin --nonsense 1`", "unrecognized arguments: --nonsense"),
+        ("`glm5svc nightly`", "invalid choice: 'nightly'"),
+        ("`ansible-playbook -i x site.yml --forks=5`", "unrecognized arguments: --forks=5"),
+        ("`glm5svc night begin --budget 0`", "--budget"),
+        ("`glm5svc tune run --resume`", "expected one argument"),
+        ("""`glm5svc provision -e '{"glm5_night_options": ["--budget", "0"]}'`""", "--budget"),
+        ("`glm5svc night plan [--budget 8h] [-- --spaces F]`", "tune run has no --spaces"),
+        ("`glm5svc night plan [--budgets 8h]`", "night plan has no --budgets"),
+    ],
+)
+def test_a_mismatch_fails(line, said):
+    [found] = command_lines(line)
+    assert said in ((synopsis_problem if synopsis(found) else problem)(found) or "")
