@@ -2,10 +2,10 @@
 real target and for the H200 testbed, from their figures.
 
 - GLM-5-NVFP4 on 8x RTX PRO 6000 (SM120): the default space (glm5svc/data/tune-space.yaml,
-  SM120 values, a MoE model) at concurrency 256, the configuration's 300 s windows and
-  30 min warm-up bound, about 430 GB of weights read at `--disk-read-gbps` (2 GB/s here)
-  with the container's default 256 GiB memory limit (the page cache cannot keep them),
-  FlashInfer's MoE autotune without its cache file, over one night of 8 hours.
+  SM120 values, a MoE model) at concurrency 256, the configuration's windows and warm-up
+  bound, the weights read at 2 GB/s with the container's default memory limit (the page
+  cache cannot keep them), FlashInfer's MoE autotune without its cache file, over 8 hours:
+  glm5svc/tune/reference.py, the figures the docs quote (glm5svc/doc_figures.py).
 - The H200 testbed of the GPU lab (lab/gpu/tune_scenario.py, the small-effect space): two
   caps live, mem_fraction_static 0.50/0.55, 10 s windows (the precision curve's choice),
   4 s settle, 40 s warm-up bound, dummy weights, a cold machine's start (READY 168 s under
@@ -23,27 +23,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from glm5svc.tune.estimate import GB, GIB, EstimateInputs, KnobCount, estimate  # noqa: E402
+from glm5svc.tune.estimate import EstimateInputs, KnobCount, estimate  # noqa: E402
+from glm5svc.tune.reference import target_inputs  # noqa: E402
 
-GLM5 = EstimateInputs(
-    knobs=(
-        KnobCount("tuning.max_running_requests", 2, restart=False),  # 64; 256+ alike at 256
-        KnobCount("tuning.cuda_graph", 2),
-        KnobCount("tuning.moe_runner_backend", 3),
-        KnobCount("tuning.attention_backend", 2),
-        KnobCount("tuning.chunked_prefill_size", 3),
-        KnobCount("tuning.mem_fraction_static", 3),
-    ),
-    budget_s=8 * 3600,
-    window_s=300,
-    repeats=2,
-    weights_bytes=int(430 * GB),
-    disk_read_bps=2 * GB,
-    memory_limit_bytes=256 * GIB,
-    moe_autotune=True,
-    settle_s=4,
-    warmup_max_s=1800,
-)
+GLM5 = target_inputs(budget_s=8 * 3600)
 H200 = EstimateInputs(
     knobs=(
         KnobCount("tuning.max_running_requests", 2, restart=False),

@@ -3,7 +3,8 @@ reference from the config model (glm5svc/config.py: keys, defaults, ranges, desc
 the CLI reference from the command parsers (glm5svc/cli.py, glm5svc/cli_options.py), the
 metric reference from the /metrics collectors (glm5svc/metrics_catalog.py), and
 docs/reliability.md's table of paths from glm5svc/paths.py (each kind of path laid out in
-a temporary folder and judged by each option's rule).
+a temporary folder and judged by each option's rule), and every time and size figure a
+page quotes between `<!-- figure:NAME -->` markers from glm5svc/doc_figures.py.
 
     python -m glm5svc.docgen          # write them
     python -m glm5svc.docgen --check  # exit 1 naming each file that differs (CI, tests)
@@ -29,6 +30,8 @@ from glm5svc.atomic_file import write_atomic
 from glm5svc.cli import COMMAND_MODULES, PARSER_COMMANDS, build_parser
 from glm5svc.cli_options import Number, config_number, subparsers_of
 from glm5svc.config import Config, example_config_path
+from glm5svc.doc_figures import MARKER
+from glm5svc.doc_figures import render as render_figures
 from glm5svc.exit_codes import EXIT_CODES, codes_of
 from glm5svc.metrics_catalog import table as metrics_table
 from glm5svc.monitoring_rules import SHIPPED as SHIPPED_RULES
@@ -309,9 +312,20 @@ def reliability_doc() -> str:
     return before + path_table() + after
 
 
+def figure_pages() -> dict[Path, str]:
+    """Every page that quotes a figure (glm5svc/doc_figures.py), with its figures made anew."""
+    pages = sorted([REPO / "README.md", *(REPO / "docs").glob("*.md")])
+    found = {}
+    for page in pages:
+        text = page.read_text(encoding="utf-8")
+        if MARKER.search(text):
+            found[page] = render_figures(text)
+    return found
+
+
 def generated_files() -> dict[Path, str]:
     """Each generated file and the text it must hold."""
-    return {
+    files = {
         example_config_path(): example_config(),
         REPO / "docs" / "configuration.md": configuration_reference(),
         REPO / "docs" / "cli.md": cli_reference(),
@@ -319,6 +333,10 @@ def generated_files() -> dict[Path, str]:
         REPO / "docs" / "reliability.md": reliability_doc(),
         SHIPPED_RULES: rules_text(Config().monitoring),
     }
+    for page, text in figure_pages().items():
+        # reliability.md's paths table is made above; its figures from that text
+        files[page] = render_figures(files[page]) if page in files else text
+    return files
 
 
 def stale_files() -> list[Path]:

@@ -10,6 +10,7 @@ runs, the tune's budget is worked out again from what the evening's bench and st
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -48,8 +49,20 @@ def night_plan(
     folder: Path,
 ) -> dict[str, Any]:
     """The plan: the benches, the restarts and the tune's own plan for what is left."""
-    bench_s = bench_estimate_s(config, windows)
-    tune_plan = _tune_plan(config_path, workload_args, tune_args, budget_s, folder)
+
+    def tune_plan_for(tune_budget_s: float) -> dict[str, Any]:
+        return _tune_plan(config_path, workload_args, tune_args, tune_budget_s, folder)
+
+    return split(budget_s, bench_estimate_s(config, windows), tune_plan_for)
+
+
+def split(
+    budget_s: float, bench_s: float, tune_plan_for: Callable[[float], dict[str, Any]]
+) -> dict[str, Any]:
+    """The night's budget split: two benches and two restarts set aside (a restart as long
+    as the tune's plan says a start is), the tune's plan (`tune run --plan --json`'s
+    document, for a budget) for the rest."""
+    tune_plan = tune_plan_for(budget_s)
     restart_s = float(tune_plan.get("start_s") or 0)
     tune_budget_s = budget_s - 2 * bench_s - 2 * restart_s
     if tune_budget_s < restart_s:
@@ -58,7 +71,7 @@ def night_plan(
             f"each) and two restarts ({clock(restart_s)} each) take it all; give a longer "
             "--budget, fewer --windows or a shorter benchmark.window_s"
         )
-    tune_plan = _tune_plan(config_path, workload_args, tune_args, tune_budget_s, folder)
+    tune_plan = tune_plan_for(tune_budget_s)
     return {
         "budget_s": budget_s,
         "bench_s": round(bench_s),
@@ -80,6 +93,8 @@ def plan_lines(plan: dict[str, Any], windows: int) -> list[str]:
     ]
     for dropped in plan["dropped"]:
         lines.append(f"  dropped to fit: {dropped.get('knob', dropped)}")
+    if tune.get("start_basis"):  # what a start (and so each restart) counts, and leaves out
+        lines.append(f"  a start: {tune['start_basis']}")
     lines.append(
         f"  morning: apply and restart (about {clock(plan['restart_s'])}), the same bench, and "
         f"a rollback's restart kept in reserve"

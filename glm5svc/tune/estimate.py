@@ -67,6 +67,7 @@ class EstimateInputs:
     window_s: float
     repeats: int  # measured windows per setting
     weights_bytes: int | None = None  # the checkpoint's size; None: not read (dummy weights)
+    weights_note: str = "their size is not known"  # why weights_bytes is None, if it is
     disk_read_bps: float | None = None  # bytes/s
     memory_limit_bytes: int | None = None  # the container's (cgroup memory.max); None: none
     moe_autotune: bool = False  # does this engine run FlashInfer's MoE autotune at start?
@@ -196,12 +197,17 @@ def start_seconds(inputs: EstimateInputs) -> tuple[float, str]:
             "start figures apply)"
         )
     parts = [("process start and imports", PROCESS_START_S)]
+    left_out = None
     if inputs.weights_bytes and inputs.disk_read_bps:
         cached = keeps_weights_cached(inputs)
         speed = PAGE_CACHE_READ_BPS if cached else inputs.disk_read_bps
         where = "page cache" if cached else f"disk at {inputs.disk_read_bps / GB:.2f} GB/s"
         parts.append((f"{inputs.weights_bytes / GB:,.0f} GB of weights from the {where}",
                       inputs.weights_bytes / speed))  # fmt: skip
+    elif inputs.weights_bytes:
+        left_out = "the disk's read speed is not known"
+    else:
+        left_out = inputs.weights_note
     if inputs.moe_autotune:
         if inputs.autotune_cached:
             parts.append(("MoE autotune loaded from its cache file", 0.0))
@@ -210,6 +216,8 @@ def start_seconds(inputs: EstimateInputs) -> tuple[float, str]:
     parts.append(("graphs", GRAPHS_WARM_S))
     total = sum(seconds for _, seconds in parts)
     detail = ", ".join(f"{what} {_clock(seconds)}" for what, seconds in parts)
+    if left_out:  # said, not silently missing from the sum
+        detail += f"; the weights' load left out: {left_out}"
     return total, f"{_clock(total)} estimated ({detail})"
 
 
@@ -220,10 +228,16 @@ def keeps_weights_cached(inputs: EstimateInputs) -> bool:
     return limit is None or limit >= inputs.weights_bytes + ENGINE_HOST_MEMORY_BYTES
 
 
+def cache_limit_gib(weights_bytes: int) -> int:
+    """The smallest memory limit (GiB) that keeps the weights in the page cache beside the
+    engine's own host memory."""
+    return math.ceil((weights_bytes + ENGINE_HOST_MEMORY_BYTES) / GIB)
+
+
 def memory_warning(inputs: EstimateInputs) -> str | None:
     if keeps_weights_cached(inputs) or inputs.weights_bytes is None:
         return None
-    needed = math.ceil((inputs.weights_bytes + ENGINE_HOST_MEMORY_BYTES) / GIB)
+    needed = cache_limit_gib(inputs.weights_bytes)
     return (
         f"the container's memory limit ({inputs.memory_limit_bytes / GIB:,.0f} GiB) is below "
         f"the weights' size ({inputs.weights_bytes / GIB:,.0f} GiB) and the engine's own "
@@ -422,3 +436,7 @@ def _clock(seconds: float) -> str:
     if hours:
         return f"{hours} h {rest // 60:02d} min"
     return f"{rest // 60} min {rest % 60:02d} s"
+
+
+# The plan's way of printing a duration, for what renders its figures elsewhere (the docs).
+clock = _clock

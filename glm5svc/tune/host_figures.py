@@ -162,10 +162,13 @@ def estimate_inputs(
     notes = []
     model_dir = Path(config.model.path)
     weights = None if config.model.load_format == "dummy" else weights_bytes(model_dir)
+    weights_note = "their size is not known"
     if config.model.load_format == "dummy":
+        weights_note = "none are read (model.load_format dummy)"
         notes.append("weights: none read (model.load_format dummy)")
     elif weights is None:
-        notes.append(f"weights: no safetensors index or shards in {model_dir}")
+        weights_note = f"no safetensors index or shards in {model_dir}"
+        notes.append(f"weights: {weights_note}")
     else:
         notes.append(f"weights: {weights / GB:,.1f} GB in {model_dir}")
     speed = disk_read_gbps * GB if disk_read_gbps else None
@@ -187,6 +190,7 @@ def estimate_inputs(
         window_s=settings.window_s or config.benchmark.window_s,
         repeats=settings.min_repeats,
         weights_bytes=weights,
+        weights_note=weights_note,
         disk_read_bps=speed,
         memory_limit_bytes=limit,
         moe_autotune=autotune,
