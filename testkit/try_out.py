@@ -25,7 +25,9 @@ anew by each run, which keeps the ports of the one before when they are free
 (`.cache/try/ports.json`).
 
 Sized to the CPU: the configuration's benchmark is a ladder of 4 and 16 at 64 tokens in, 16
-out, with windows of half a second, so a plain `glm5svc bench` takes under a minute; the tune
+out, steady windows of SHORT_STEADY's window_s, each measured within its own bench_serving
+run (its start, first wave and drain around it take longer than the window), so a plain
+`glm5svc bench` takes a few minutes at most; the tune
 space it writes beside it (`tune-space.yaml`, the running-request cap at 4, the configuration's,
 and 64, a live knob: one engine start and the best's confirming start) and the tune command it
 prints (TUNE_OPTIONS) finish in a few minutes.
@@ -266,6 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     started = time.monotonic()
     python, bench_python = ensure_venvs()
+    say(f"venvs ready in {time.monotonic() - started:.1f} s")
     work = WORK / time.strftime("%Y%m%dT%H%M%S")
     work.mkdir(parents=True)
     (work / "model").mkdir()
@@ -274,6 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     print(config.read_text(), end="", flush=True)
     log_path = work / "serve.log"
     say(f"glm5svc serve (the test engine on 127.0.0.1), its log: {log_path}")
+    serve_started = time.monotonic()  # "ready after" counts serve's start, not the venvs
     with log_path.open("w") as log:
         serve = spawn(
             [str(python), "-m", "glm5svc", "--config", str(config), "serve"],
@@ -282,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
         )  # fmt: skip
     try:
         status = wait_ready(python, config, serve)
-        say(f"ready after {time.monotonic() - started:.1f} s; glm5svc status:")
+        say(f"ready after {time.monotonic() - serve_started:.1f} s; glm5svc status:")
         print(status.stdout, end="", flush=True)
         command = link_command(python)
         say(f"glm5svc from any folder: export PATH={shlex.quote(str(command.parent))}:$PATH "

@@ -47,6 +47,8 @@ def test_the_try_out_serves_reports_benchmarks_and_stops_cleanly(tmp_path):
     assert run.returncode == 0, out
     tune_and_apply_twice(tmp_path, out, env)
     assert re.search(r"try: ready after [\d.]+ s; glm5svc status:\nglm5svc \S+: serving\n", out)
+    # The venvs are counted apart, before serve starts: "ready after" is serve's start alone.
+    assert re.search(r"try: venvs ready in [\d.]+ s\n(?:.*\n)*try: glm5svc serve \(", out)
     assert "ready: yes" in out and "KV pool: " in out
     # What it is: the CPU test engine, not a deployment's sglang on 8 GPUs.
     assert "engine: sglang_test_engine.py from server.command, not sglang.launch_server" in out
