@@ -21,6 +21,8 @@ from glm5svc.commands.night import DEFAULT_WINDOWS, NIGHT_BUDGET_S
 from glm5svc.config import Config
 from glm5svc.night.plan import bench_estimate_s, split
 from glm5svc.night.plan import clock as night_clock
+from glm5svc.tune import estimate as model
+from glm5svc.tune.decision import FUTILE_AFTER
 from glm5svc.tune.estimate import GB, GIB, Estimate, cache_limit_gib, estimate
 from glm5svc.tune.estimate import clock as tune_clock
 from glm5svc.tune.reference import (
@@ -54,6 +56,16 @@ def _start(plan: Estimate) -> str:
     """A later start, part by part, as the plan counts it."""
     parts = ", ".join(f"{what} {tune_clock(seconds)}" for what, seconds in plan.parts)
     return f"{tune_clock(plan.other_start_s)} ({parts})"
+
+
+def _plan_sum(plan: Estimate) -> str:
+    """The plan's first line's sum, as `tune run --plan` prints it."""
+    return (
+        plan.lines()[0]
+        .split(": the first ", 1)[1]
+        .split("; the budget", 1)[0]
+        .join(["the first ", ""])
+    )
 
 
 def _dropped(plan: Estimate) -> str:
@@ -98,6 +110,21 @@ def figures() -> dict[str, Callable[[], str]]:
     target = target_inputs(NIGHT_BUDGET_S)
     config = Config()
     return {
+        # The cost model's own figures (glm5svc/tune/estimate.py), as docs/tuning.md gives them.
+        "stop_s": lambda: tune_clock(model.STOP_S),
+        "process_start_s": lambda: tune_clock(model.PROCESS_START_S),
+        "graphs_s": lambda: tune_clock(model.GRAPHS_WARM_S),
+        "autotune_s": lambda: tune_clock(model.AUTOTUNE_COLD_S),
+        "stand_in_start_s": lambda: tune_clock(model.STAND_IN_START_S),
+        "first_start_rounds": lambda: str(model.FIRST_START_ROUNDS),
+        "warmup_windows": lambda: str(model.WARMUP_WINDOWS),
+        "futile_after": lambda: str(FUTILE_AFTER),
+        "confirmation_starts": lambda: str(model.CONFIRMATION_STARTS),
+        "window_s_default": lambda: f"{config.benchmark.window_s:g} s",
+        "target_plan_sum": lambda: f"`{_plan_sum(estimate(target))}`",
+        "pct_set_memory": lambda: (
+            f"`pct set <id> --memory {cache_limit_gib(GLM5_WEIGHTS_BYTES) * 1024}`"
+        ),
         "weights_gb": lambda: f"{GLM5_WEIGHTS_BYTES / GB:,.0f} GB",
         "weights_gib": lambda: f"{GLM5_WEIGHTS_BYTES / GIB:,.0f} GiB",
         "cache_limit_gib": lambda: f"{cache_limit_gib(GLM5_WEIGHTS_BYTES):,} GiB",

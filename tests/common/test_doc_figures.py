@@ -44,6 +44,15 @@ def test_no_page_types_the_weights_size_outside_a_marker():
         assert not typed, f"{page.relative_to(REPO)}: {typed}: quote it with a figure marker"
 
 
+def test_no_marker_sits_inside_a_code_span():
+    """Markdown shows a comment inside backticks as text: a figure there has its own."""
+    fence = re.compile(r"^ *```.*?^ *```", re.M | re.S)
+    for page in PAGES:
+        text = fence.sub("", page.read_text())
+        inside = [span for span in re.findall(r"`[^`]*`", text) if MARKER.search(span)]
+        assert not inside, f"{page.relative_to(REPO)}: {inside}"
+
+
 def test_operations_and_performance_tune_quote_the_same_night():
     quoted: dict[str, set[str]] = {}
     for page in ("operations.md", "performance-tune.md"):
