@@ -5,12 +5,15 @@ the weights says it leaves their load out."""
 
 from __future__ import annotations
 
+import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import yaml
 
+from glm5svc.cli import main
 from glm5svc.doc_figures import MARKER, UnknownFigure, figures, names_in, render
 from glm5svc.night.plan import plan_lines
 from glm5svc.tune.estimate import GIB, estimate
@@ -78,8 +81,6 @@ def test_the_containers_memory_is_the_host_plays_default():
     ],
 )  # fmt: skip
 def test_a_plan_without_the_weights_says_their_load_is_left_out(changes, left_out):
-    from dataclasses import replace
-
     inputs = replace(target_inputs(8 * 3600), **changes)
     plan = estimate(inputs)
     assert f"the weights' load left out: {left_out}" in plan.start_basis
@@ -98,3 +99,12 @@ def test_the_cache_limit_is_the_weights_and_the_engines_memory_in_gib():
     weights_gib = float(figures()["weights_gib"]().split()[0])
     assert gib * GIB >= target_inputs(1).weights_bytes and gib > weights_gib
     assert int(figures()["cache_limit_mib"]()) == gib * 1024
+
+
+def test_tune_run_plan_without_the_weights_says_so(tmp_path, capsys):
+    config = tmp_path / "glm5.yaml"
+    config.write_text(json.dumps({"model": {"path": str(tmp_path / "no-weights")}}))
+    assert main(["--config", str(config), "tune", "run", "--plan", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    left_out = f"the weights' load left out: no safetensors index or shards in {tmp_path}"
+    assert left_out in plan["start_basis"]
