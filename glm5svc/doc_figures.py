@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import re
+from pathlib import Path
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -33,6 +34,7 @@ from glm5svc.tune.reference import (
     with_cached_weights,
 )
 from glm5svc.tune.settings import SearchSettings
+from glm5svc.unit_file import TUNE_TEMPLATE
 
 MARKER = re.compile(r"(<!-- figure:([a-z0-9_]+) -->)(.*?)(<!-- /figure -->)", re.S)
 
@@ -66,6 +68,14 @@ def _plan_sum(plan: Estimate) -> str:
         .split("; the budget", 1)[0]
         .join(["the first ", ""])
     )
+
+
+def _unit_setting(template: Path, key: str) -> str:
+    """A directive's value in a unit template (`TimeoutStopSec=45min` -> `45min`)."""
+    for line in template.read_text(encoding="utf-8").splitlines():
+        if line.startswith(f"{key}="):
+            return line.split("=", 1)[1].strip()
+    raise UnknownFigure(f"{template.name} has no {key}=")
 
 
 def _dropped(plan: Estimate) -> str:
@@ -121,6 +131,9 @@ def figures() -> dict[str, Callable[[], str]]:
         "futile_after": lambda: str(FUTILE_AFTER),
         "confirmation_starts": lambda: str(model.CONFIRMATION_STARTS),
         "window_s_default": lambda: f"{config.benchmark.window_s:g} s",
+        "tune_unit_stop_timeout": lambda: (
+            f"`TimeoutStopSec={_unit_setting(TUNE_TEMPLATE, 'TimeoutStopSec')}`"
+        ),
         "target_plan_sum": lambda: f"`{_plan_sum(estimate(target))}`",
         "pct_set_memory": lambda: (
             f"`pct set <id> --memory {cache_limit_gib(GLM5_WEIGHTS_BYTES) * 1024}`"
