@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import functools
 import re
-from pathlib import Path
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from glm5svc.commands.night import DEFAULT_WINDOWS, NIGHT_BUDGET_S
