@@ -1,5 +1,5 @@
-"""Every command line of docs/operations.md is one glm5svc reads: each `glm5svc ...` (in a
-fenced block or inline) is parsed by glm5svc's own parser, in-process, and each
+"""Every command line of docs/operations.md and the README is one glm5svc reads: each
+`glm5svc ...` (in a fenced block or inline) is parsed by glm5svc's own parser, in-process, and each
 `ansible-playbook ...` is parsed as `glm5svc provision ...` with the same options (the page
 says provision takes them). An unknown command or option, or a value the option refuses,
 fails here. A synopsis (`[--budget 8h] [... | --request-file FILE]`) has each option it
@@ -18,7 +18,7 @@ from glm5svc.cli import UsageError, build_parser
 from glm5svc.cli_options import subparsers_of
 
 REPO = Path(__file__).resolve().parents[2]
-PAGES = [REPO / "docs" / "operations.md"]
+PAGES = [REPO / "docs" / "operations.md", REPO / "README.md"]
 PROGRAMS = ("glm5svc", "ansible-playbook")
 FENCE = re.compile(r"^ *```[^\n]*\n(.*?)^ *```", re.M | re.S)
 INLINE = re.compile(r"`([^`]+)`")
@@ -44,8 +44,9 @@ def command_lines(text: str) -> list[str]:
     for line in found:
         words = line.split(" ")
         start = _program_at(words)
-        if start is not None:  # from the program on: `pct exec 200 -- glm5svc status`
-            lines.append(" ".join(words[start:]))
+        if start is None or any(w.endswith(":") for w in words[start : start + 2]):
+            continue  # no program, or what one prints (`glm5svc bench: benchmarking ...`)
+        lines.append(" ".join(words[start:]))  # from the program on: `pct exec 200 -- ...`
     return lines
 
 
@@ -79,10 +80,11 @@ def test_the_walk_finds_the_pages_commands():
 
 
 def problem(line: str) -> str | None:
-    """What glm5svc's parser says of a command line; None when it reads it."""
+    """What glm5svc's parser says of a command line; None when it reads it. A span that
+    only names a command (`glm5svc patch`, `glm5svc tune apply`) needs the command to be."""
     argv = glm5svc_argv(line)
-    if argv in (["--version"], ["--help"]):
-        return None  # argparse's own actions, which exit
+    if argv in ([], ["--version"], ["--help"]) or " ".join(argv) in subparsers_of(build_parser()):
+        return None  # the program, argparse's own actions (which exit), a command's name
     try:
         args = build_parser().parse_args(argv)
         if getattr(args, "tune_args", None):  # night's `-- TUNE OPTIONS` go to `tune run`
@@ -125,7 +127,7 @@ def synopsis_problem(line: str) -> str | None:
 @pytest.mark.parametrize("line", LINES)
 def test_each_command_line_is_one_glm5svc_reads(line):
     said = synopsis_problem(line) if synopsis(line) else problem(line)
-    assert said is None, f"docs/operations.md: `{line}`: {said}"
+    assert said is None, f"docs/operations.md or README.md: `{line}`: {said}"
 
 
 @pytest.mark.parametrize(
@@ -133,6 +135,7 @@ def test_each_command_line_is_one_glm5svc_reads(line):
     [
         ("`glm5svc night begin --nonsense 1`", "unrecognized arguments: --nonsense"),
         ("`glm5svc nightly`", "invalid choice: 'nightly'"),
+        ("`glm5svc tune applied`", "invalid choice: 'applied'"),
         ("`ansible-playbook -i x site.yml --forks=5`", "unrecognized arguments: --forks=5"),
         ("`glm5svc night begin --budget 0`", "--budget"),
         ("`glm5svc tune run --resume`", "expected one argument"),
