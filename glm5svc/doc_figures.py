@@ -61,13 +61,9 @@ def _start(plan: Estimate) -> str:
 
 
 def _plan_sum(plan: Estimate) -> str:
-    """The plan's first line's sum, as `tune run --plan` prints it."""
-    return (
-        plan.lines()[0]
-        .split(": the first ", 1)[1]
-        .split("; the budget", 1)[0]
-        .join(["the first ", ""])
-    )
+    """The sum on the plan's first line, as `tune run --plan` prints it."""
+    head = plan.lines()[0]
+    return "the first " + head.split(": the first ", 1)[1].split("; the budget", 1)[0]
 
 
 def _unit_setting(template: Path, key: str) -> str:
@@ -91,9 +87,9 @@ def _tune_table() -> str:
     budget = SearchSettings().budget_s
     live = target_inputs(budget)
     cases = (
-        ("the container's default memory limit, every knob a restart",
+        ("every knob a restart, the cap too",
          replace(live, knobs=(replace(live.knobs[0], restart=True), *live.knobs[1:]))),
-        ("the cap as a live knob", live),
+        ("the cap as a live knob (the default)", live),
         ("the cap live, the weights in the page cache, autotune cached",
          replace(with_cached_weights(live), autotune_cached=True)),
     )  # fmt: skip
@@ -141,7 +137,6 @@ def figures() -> dict[str, Callable[[], str]]:
         "weights_gb": lambda: f"{GLM5_WEIGHTS_BYTES / GB:,.0f} GB",
         "weights_gib": lambda: f"{GLM5_WEIGHTS_BYTES / GIB:,.0f} GiB",
         "cache_limit_gib": lambda: f"{cache_limit_gib(GLM5_WEIGHTS_BYTES):,} GiB",
-        "cache_limit_mib": lambda: f"{cache_limit_gib(GLM5_WEIGHTS_BYTES) * 1024}",
         "container_memory_gib": lambda: f"{CONTAINER_MEMORY_BYTES / GIB:,.0f} GiB",
         "disk_read": lambda: f"{TARGET_DISK_READ_BPS / GB:g} GB/s",
         "target_start_basis": lambda: estimate(target).start_basis,

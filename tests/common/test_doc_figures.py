@@ -98,7 +98,7 @@ def test_the_cache_limit_is_the_weights_and_the_engines_memory_in_gib():
     gib = int(figures()["cache_limit_gib"]().split()[0])
     weights_gib = float(figures()["weights_gib"]().split()[0])
     assert gib * GIB >= target_inputs(1).weights_bytes and gib > weights_gib
-    assert int(figures()["cache_limit_mib"]()) == gib * 1024
+    assert figures()["pct_set_memory"]() == f"`pct set <id> --memory {gib * 1024}`"
 
 
 def test_tune_run_plan_without_the_weights_says_so(tmp_path, capsys):
