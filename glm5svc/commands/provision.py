@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import getpass
 import os
+import re
 from pathlib import Path
 
 from rich.console import Console
@@ -34,9 +35,9 @@ from glm5svc.provision.runner import (
 
 DEFAULT_LOG_DIR = Path(os.environ.get("GLM5SVC_PROVISION_LOGS", "/var/log/glm5svc"))
 SITE = "site.yml"
-# ansible-playbook's prompt for a vault password (ansible/parsing/vault: PromptVaultSecret:
-# "Vault password: ", with a vault id "Vault password (<id>): ").
-VAULT_PROMPT = r"^Vault password( \([^)]*\))?:\s*?$"
+# ansible-playbook's prompts for a vault password (ansible-core 2.19's ansible/cli/__init__.py):
+# "Vault password: " for --ask-vault-pass, "Vault password (<id>): " for --vault-id <id>@prompt.
+VAULT_PROMPT = r"^Vault password:\s*?$"
 
 
 def register(subparsers):
@@ -44,6 +45,10 @@ def register(subparsers):
         "provision",
         epilog=epilog("provision"),
         help="run site.yml (host, then container) with a live view and a summary",
+        description="Run site.yml (or the playbook named) through ansible-runner with a live "
+        "table and a summary. It takes ansible-playbook's spelling of -i, the playbook, "
+        "--check, --diff, --limit, --tags, --skip-tags, -e and the vault options, and "
+        "refuses any other ansible-playbook option. docs/operations.md is the operator's guide.",
     )
     parser.add_argument("--project", default=".", help="the glm5svc checkout holding site.yml")
     parser.add_argument(
@@ -127,10 +132,18 @@ def chosen_playbook(args) -> str:
 
 
 def vault_passwords(args) -> dict[str, str]:
-    """--ask-vault-pass: the password, asked here, as ansible-runner's answer to the prompt."""
-    if not args.ask_vault_pass:
-        return {}
-    return {VAULT_PROMPT: getpass.getpass("Vault password: ")}
+    """The vault passwords ansible-playbook will prompt for (--ask-vault-pass, a --vault-id
+    ID@prompt), asked here without echo, as ansible-runner's answers to those prompts: with
+    no answer, ansible-playbook would wait for one under ansible-runner's pseudo-terminal."""
+    answers = {}
+    if args.ask_vault_pass:
+        answers[VAULT_PROMPT] = getpass.getpass("Vault password: ")
+    for vault_id in args.vault_id or []:
+        label, _, source = vault_id.rpartition("@")
+        if source == "prompt" and label:
+            pattern = rf"^Vault password \({re.escape(label)}\):\s*?$"
+            answers[pattern] = getpass.getpass(f"Vault password ({label}): ")
+    return answers
 
 
 def run(args) -> int:

@@ -150,8 +150,14 @@ VAULT_PLAYBOOK = """\
 
 
 @pytest.mark.timeout(120)
-def test_ask_vault_pass_answers_ansibles_prompt_and_keeps_the_password_out(
-    project, tmp_path, capsys, monkeypatch
+@pytest.mark.parametrize(
+    ("options", "prompt"),
+    [(["--ask-vault-pass"], "Vault password: "),
+     (["--vault-id", "prod@prompt"], "Vault password (prod): ")],
+    ids=["ask-vault-pass", "vault-id-prompt"],
+)  # fmt: skip
+def test_a_vault_prompt_is_answered_from_here_and_the_password_kept_out(
+    project, tmp_path, capsys, monkeypatch, options, prompt
 ):
     from ansible.parsing.vault import VaultLib, VaultSecret
 
@@ -171,14 +177,14 @@ def test_ask_vault_pass_answers_ansibles_prompt_and_keeps_the_password_out(
     status = main(
         [
             "provision", "--project", str(project), "-i", str(project / "hosts.yml"),
-            "--log-dir", str(logs), "--ask-vault-pass", "--json", "vaulted.yml",
+            "--log-dir", str(logs), *options, "--json", "vaulted.yml",
         ]
     )  # fmt: skip
     doc = json.loads(capsys.readouterr().out)
-    assert asked == ["Vault password: "]
+    assert asked == [prompt]
     assert status == 0, doc
     assert doc["hosts"]["localhost"]["messages"] == {"The secret's length": f"length {len(secret)}"}
-    assert "--ask-vault-pass" in doc["ansible_arguments"]
+    assert doc["ansible_arguments"] == options
     [log] = list(logs.iterdir())
     written = log.read_text() + json.dumps(doc)
     assert password not in written and secret not in written
