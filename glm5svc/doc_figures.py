@@ -54,6 +54,11 @@ def _night() -> dict[str, Any]:
     return split(NIGHT_BUDGET_S, bench_s, tune_plan_for)
 
 
+def _count(n: int, what: str) -> str:
+    """2 starts, 1 start."""
+    return f"{n} {what}" + ("" if n == 1 else "s")
+
+
 def _start(plan: Estimate) -> str:
     """A later start, part by part, as the plan counts it."""
     parts = ", ".join(f"{what} {tune_clock(seconds)}" for what, seconds in plan.parts)
@@ -103,9 +108,10 @@ def _tune_table() -> str:
         plan = estimate(inputs)
         over = "" if plan.fits else "; even that is over the budget"
         rows.append(
-            f"| {name} | {tune_clock(plan.start_s)} | {whole.starts} starts, {whole.windows} "
-            f"windows: {tune_clock(whole.total_s)} | {plan.starts} starts, {plan.windows} "
-            f"windows ({tune_clock(plan.total_s)}): {_dropped(plan)}{over} |"
+            f"| {name} | {tune_clock(plan.start_s)} | {_count(whole.starts, 'start')}, "
+            f"{_count(whole.windows, 'window')}: {tune_clock(whole.total_s)} | "
+            f"{_count(plan.starts, 'start')}, {_count(plan.windows, 'window')} "
+            f"({tune_clock(plan.total_s)}): {_dropped(plan)}{over} |"
         )
     return "\n".join(rows)
 
@@ -146,14 +152,16 @@ def figures() -> dict[str, Callable[[], str]]:
             estimate(target).start_s - estimate(with_cached_weights(target)).start_s
         ),
         "target_tune_plan": lambda: (
-            f"{estimate(target).starts} engine starts in {tune_clock(estimate(target).total_s)}"
+            f"{_count(estimate(target).starts, 'engine start')} in "
+            f"{tune_clock(estimate(target).total_s)}"
         ),
         "target_tune_kept": lambda: ", ".join(
             f"`{k.removeprefix('tuning.')}`" for k in estimate(target).kept
         ),
         "target_tune_dropped": lambda: (
             ", ".join(
-                f"`{d.knob.removeprefix('tuning.')}` ({d.starts} starts, {tune_clock(d.seconds)})"
+                f"`{d.knob.removeprefix('tuning.')}` ({_count(d.starts, 'start')}, "
+                f"{tune_clock(d.seconds)})"
                 for d in estimate(target).dropped
             )
             or "nothing"
@@ -167,7 +175,7 @@ def figures() -> dict[str, Callable[[], str]]:
         "night_restart": lambda: night_clock(night()["restart_s"]),
         "night_tune_budget": lambda: night_clock(night()["tune_budget_s"]),
         "night_tune_plan": lambda: (
-            f"{night()['tune']['starts']} engine starts in "
+            f"{_count(night()['tune']['starts'], 'engine start')} in "
             f"{night_clock(night()['tune']['total_s'])}"
         ),
         "night_dropped": lambda: (
