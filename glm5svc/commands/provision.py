@@ -62,11 +62,13 @@ def register(subparsers):
         help=f"the playbook, in --project, as ansible-playbook takes it (default: {SITE})",
     )
     which.add_argument("--playbook", help="the same as PLAYBOOK")
+    # ansible-playbook's short forms too (-C, -D, -l, -t, -J), and its one refusal among
+    # these: a vault password asked for and given in a file at once.
     ansible = parser.add_argument_group("passed to ansible-playbook as they are")
-    ansible.add_argument("--check", action="store_true", help="change nothing, report")
-    ansible.add_argument("--diff", action="store_true", help="show what files change")
-    ansible.add_argument("--limit", metavar="PATTERN", help="only these hosts or groups")
-    ansible.add_argument("--tags", metavar="TAGS", help="only tasks with these tags (a,b)")
+    ansible.add_argument("-C", "--check", action="store_true", help="change nothing, report")
+    ansible.add_argument("-D", "--diff", action="store_true", help="show what files change")
+    ansible.add_argument("-l", "--limit", metavar="PATTERN", help="only these hosts or groups")
+    ansible.add_argument("-t", "--tags", metavar="TAGS", help="only tasks with these tags (a,b)")
     ansible.add_argument("--skip-tags", metavar="TAGS", help="no task with these tags (a,b)")
     ansible.add_argument(
         "-e",
@@ -75,13 +77,15 @@ def register(subparsers):
         metavar="VARS",
         help="key=value, a JSON/YAML string or @file (repeat)",
     )
-    ansible.add_argument(
+    vault = ansible.add_mutually_exclusive_group()
+    vault.add_argument(
+        "-J",
         "--ask-vault-pass",
         action="store_true",
         help="ask for the vault password here (no echo) and answer ansible-playbook's prompt "
         "with it: never in argv or the log",
     )
-    ansible.add_argument(
+    vault.add_argument(
         "--vault-password-file", metavar="FILE", action="append",
         help="a file holding the vault password (repeat)",
     )  # fmt: skip

@@ -1,12 +1,15 @@
 """Every command line of docs/operations.md and the README is one glm5svc reads: each
-`glm5svc ...` (in a fenced block or inline) is parsed by glm5svc's own parser, in-process, and each
-`ansible-playbook ...` is parsed as `glm5svc provision ...` with the same options (the page
-says provision takes them). An unknown command or option, or a value the option refuses,
+`glm5svc ...` (in a fenced block or inline) is parsed by glm5svc's own parser, in-process,
+each `ansible-playbook ...` as `glm5svc provision ...` with the same options (the page says
+provision takes them), and what a `glm5svc provision` line passes on by ansible-playbook's
+own parser. An unknown command or option, or a value the option refuses,
 fails here. A synopsis (`[--budget 8h] [... | --request-file FILE]`) has each option it
 names checked against its command."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import re
 import shlex
@@ -16,6 +19,7 @@ import pytest
 
 from glm5svc.cli import UsageError, build_parser
 from glm5svc.cli_options import subparsers_of
+from glm5svc.commands.provision import ansible_arguments, chosen_playbook
 
 REPO = Path(__file__).resolve().parents[2]
 PAGES = [REPO / "docs" / "operations.md", REPO / "README.md"]
@@ -79,6 +83,20 @@ def test_the_walk_finds_the_pages_commands():
     assert len(LINES) > 30
 
 
+def ansible_problem(argv: list[str]) -> str | None:
+    """What ansible-playbook's own parser says of its options (in-process, no run)."""
+    playbook_cli = pytest.importorskip("ansible.cli.playbook")
+    cli = playbook_cli.PlaybookCLI(["ansible-playbook", *argv])
+    cli.init_parser()
+    errors = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(errors):
+            cli.parser.parse_args(argv)
+    except SystemExit:
+        return "ansible-playbook: " + errors.getvalue().strip().splitlines()[-1]
+    return None
+
+
 def problem(line: str) -> str | None:
     """What glm5svc's parser says of a command line; None when it reads it. A span that
     only names a command (`glm5svc patch`, `glm5svc tune apply`) needs the command to be."""
@@ -95,6 +113,9 @@ def problem(line: str) -> str | None:
                 build_parser().parse_args(["night", "begin", *options])
     except UsageError as exc:
         return str(exc)
+    if argv[0] == "provision":  # what it passes, ansible-playbook must take as it is
+        given = ["-i", args.inventory] if args.inventory else []
+        return ansible_problem([*given, *ansible_arguments(args), chosen_playbook(args)])
     return None
 
 
@@ -138,6 +159,7 @@ def test_each_command_line_is_one_glm5svc_reads(line):
         ("`glm5svc tune applied`", "invalid choice: 'applied'"),
         ("`ansible-playbook -i x site.yml --forks=5`", "unrecognized arguments: --forks=5"),
         ("`glm5svc night begin --budget 0`", "--budget"),
+        ("`glm5svc provision -J --vault-password-file F`", "not allowed with argument"),
         ("`glm5svc tune run --resume`", "expected one argument"),
         ("""`glm5svc provision -e '{"glm5_night_options": ["--budget", "0"]}'`""", "--budget"),
         ("`glm5svc night plan [--budget 8h] [-- --spaces F]`", "tune run has no --spaces"),
@@ -147,3 +169,9 @@ def test_each_command_line_is_one_glm5svc_reads(line):
 def test_a_mismatch_fails(line, said):
     [found] = command_lines(line)
     assert said in ((synopsis_problem if synopsis(found) else problem)(found) or "")
+
+
+def test_ansible_playbooks_own_parser_is_asked():
+    said = ansible_problem(["-i", "x", "--bogus", "site.yml"]) or ""
+    assert "unrecognized arguments: --bogus" in said
+    assert ansible_problem(["-i", "x", "-C", "-D", "-l", "a", "-J", "site.yml"]) is None
