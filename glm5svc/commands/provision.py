@@ -4,7 +4,8 @@ It takes ansible-playbook's spelling of what an operator's run needs (docs/opera
 `-i`, the playbook (positional, or --playbook), --check, --diff, --limit, --tags,
 --skip-tags, -e, and the vault's --ask-vault-pass (asked here, with no echo, and given to
 ansible-playbook's own prompt: never in argv or the log), --vault-password-file and
---vault-id. Any other ansible-playbook option is refused (exit 2) naming it.
+--vault-id (and ansible's short forms -C, -D, -l, -t, -J). Any other ansible-playbook option
+is refused (exit 2) naming it.
 
 Exit status: ansible-playbook's (0 done, 2 a host failed, 4 unreachable, ...); 1 when
 nothing ran because no host matched, or ansible-runner could not start the playbook.
