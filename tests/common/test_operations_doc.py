@@ -128,16 +128,29 @@ def _json(text: str) -> dict:
 
 
 def synopsis_problem(line: str) -> str | None:
-    """An option a synopsis names that its command (or `tune run`, after `--`) lacks."""
-    words = glm5svc_argv(re.sub(r"[\[\]|]", " ", line).replace("...", " "))
+    """An option a synopsis names that its command (or `tune run`, after `--`) lacks, or an
+    alternative (`tune run|apply|show`, `completion bash|zsh`) that is neither a sub-command
+    nor a value its command takes."""
+    line = line.replace("\\|", "|")  # a Markdown table's escaped bar
+    words = glm5svc_argv(re.sub(r"[\[\]]", " ", line).replace("...", " "))
     head, _, tune = " ".join(words).partition(" -- ")
-    path = [w for w in head.split() if not w.startswith("-")]
+    bare = [w for w in head.split() if not w.startswith("-")]
     commands = subparsers_of(build_parser())
+    path = [w.split("|")[0] for w in bare]
     while path and " ".join(path) not in commands:
         path.pop()  # the words after the command are values (8h, N, FILE)
     if not path:
         return "no such command"
-    for command, options in ((" ".join(path), head), ("tune run", tune)):
+    for word in bare[len(path) - 1 : len(path) + 1]:  # the last command word, or the next
+        if "|" not in word:
+            continue
+        parent = path[: bare.index(word)]
+        for alternative in word.split("|"):
+            as_command = " ".join([*parent, alternative]) in commands
+            choices = {c for a in commands[" ".join(parent)]._actions for c in a.choices or ()}  # noqa: SLF001
+            if not as_command and alternative not in choices:
+                return f"{' '.join(parent)} has no {alternative}"
+    for command, options in ((" ".join(path), head.replace("|", " ")), ("tune run", tune)):
         known = {flag for action in commands[command]._actions for flag in action.option_strings}  # noqa: SLF001
         for option in re.findall(r"(?<!\S)--?[a-z][a-z0-9-]*", options):
             if option not in known:
@@ -164,6 +177,9 @@ def test_each_command_line_is_one_glm5svc_reads(line):
         ("""`glm5svc provision -e '{"glm5_night_options": ["--budget", "0"]}'`""", "--budget"),
         ("`glm5svc night plan [--budget 8h] [-- --spaces F]`", "tune run has no --spaces"),
         ("`glm5svc night plan [--budgets 8h]`", "night plan has no --budgets"),
+        ("`glm5svc tune run\\|apply\\|shows`", "tune has no shows"),
+        ("`glm5svc completion bash|fish`", "completion has no fish"),
+        ("`glm5svc command [--explain|--jason]`", "command has no --jason"),
     ],
 )
 def test_a_mismatch_fails(line, said):
