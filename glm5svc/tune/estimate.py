@@ -18,6 +18,9 @@ where the first start measures `FIRST_START_ROUNDS` rounds (it decides the live 
 and the others `repeats`. When the plan does not fit the budget, the knobs at the end of
 the space's order (the least influential, glm5svc/data/tune-space.yaml) are dropped until
 it does.
+
+Longer than 400 lines: the cost model, its answer where the budget is short (which asks the
+model again) and the lines the plan prints read the same figures and stay together.
 """
 
 from __future__ import annotations
@@ -26,8 +29,8 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
-from glm5svc.tune.decision import FUTILE_AFTER, MAX_STARTS
-from glm5svc.tune.power import live_power, restart_power, smallest_effect
+from glm5svc.tune.decision import FUTILE_AFTER
+from glm5svc.tune.power import plan_power
 from glm5svc.tune.start_model import PAIR_SPREAD_PRIOR, PRIOR_START_SPREAD
 
 GB = 1e9
@@ -346,7 +349,18 @@ def estimate(inputs: EstimateInputs, answer: bool = True) -> Estimate:
         kept=tuple(k.name for k in knobs),
         confirmation_starts=confirmation_starts(knobs),
         live_only=live_only,
-        power=power_lines(inputs, knobs, max(FIRST_START_ROUNDS, inputs.repeats)) if answer else (),
+        power=plan_power(
+            live=any(not k.restart for k in knobs),
+            restart=any(k.restart for k in knobs),
+            pairs=max(FIRST_START_ROUNDS, inputs.repeats),
+            looks=inputs.max_repeats,
+            pair_spread=inputs.pair_spread,
+            start_spread=inputs.start_spread,
+            min_effect=inputs.min_effect,
+            confidence=inputs.confidence,
+        )
+        if answer
+        else (),  # fmt: skip
         fitting=fitting,
     )
 
@@ -368,46 +382,6 @@ def _what_fits(inputs: EstimateInputs, knobs, total: float) -> tuple[str, ...]:
             low, high = (middle, high) if fits(middle) else (low, middle - 1)
         said.append(f"or windows of {low / 10:g} s (--window {low / 10:g}), wider apart")
     return tuple(said)
-
-
-def power_lines(inputs: EstimateInputs, knobs, first_rounds: int) -> tuple[str, ...]:
-    """What the plan can find, at the spreads the verdicts start from: a live effect in the
-    first start's pairs, a restart one at FUTILE_AFTER and MAX_STARTS starts a side."""
-    effect = max(0.10, 2 * inputs.min_effect)
-    lines = []
-    if any(not k.restart for k in knobs):
-        pairs = first_rounds
-
-        def live(e: float) -> float:
-            return live_power(e, pairs=pairs, pair_spread=inputs.pair_spread,
-                              min_effect=inputs.min_effect, confidence=inputs.confidence,
-                              looks=inputs.max_repeats or pairs)  # fmt: skip
-
-        half = smallest_effect(live)
-        lines.append(
-            f"a live +{effect:.0%} effect is called better {live(effect):.0%} of the time in "
-            f"{pairs} pairs at a {inputs.pair_spread:.0%} pair spread; half the time from "
-            + (f"+{half:.0%}" if half is not None else "no effect under 10x")
-        )
-    if any(k.restart for k in knobs):
-        found = []
-        for starts in (FUTILE_AFTER, MAX_STARTS):
-
-            def restart(e: float, n: int = starts) -> float:
-                return restart_power(e, starts=n, start_spread=inputs.start_spread,
-                                     min_effect=inputs.min_effect,
-                                     confidence=inputs.confidence)  # fmt: skip
-
-            half = smallest_effect(restart)
-            found.append(
-                f"{restart(effect):.0%} with {starts} starts a side (half the time from "
-                + (f"+{half:.0%})" if half is not None else "no effect under 10x)")
-            )
-        lines.append(
-            f"a restart +{effect:.0%} effect at a {inputs.start_spread:.0%} start-to-start "
-            f"spread is called better " + ", ".join(found)
-        )
-    return tuple(lines)
 
 
 def with_measurements(inputs: EstimateInputs, starts: list[float], windows: list[float],

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from statistics import NormalDist
 
-from glm5svc.tune.decision import MAX_STARTS, bound_quantile, one_sided_level
+from glm5svc.tune.decision import FUTILE_AFTER, MAX_STARTS, bound_quantile, one_sided_level
 from glm5svc.tune.start_model import PAIR_PRIOR_WEIGHT, PRIOR_WEIGHT
 
 _NORMAL = NormalDist()
@@ -62,3 +62,44 @@ def smallest_effect(power_of, share: float = 0.5, ceiling: float = 10.0) -> floa
         middle = (low + high) / 2
         low, high = (middle, high) if power_of(middle) < share else (low, middle)
     return high
+
+
+def plan_power(
+    *, live: bool, restart: bool, pairs: int, looks: int | None, pair_spread: float,
+    start_spread: float, min_effect: float, confidence: float,
+) -> tuple[str, ...]:  # fmt: skip
+    """The plan's lines on what it can find, at the spreads the verdicts start from: a
+    live effect in the first start's pairs, a restart one at FUTILE_AFTER and MAX_STARTS
+    starts a side; the effect named is +10 %, or twice --min-effect where that is more."""
+    effect = max(0.10, 2 * min_effect)
+    lines = []
+    if live:
+
+        def live_share(e: float) -> float:
+            return live_power(e, pairs=pairs, pair_spread=pair_spread, min_effect=min_effect,
+                              confidence=confidence, looks=looks or pairs)  # fmt: skip
+
+        half = smallest_effect(live_share)
+        lines.append(
+            f"a live +{effect:.0%} effect is called better {live_share(effect):.0%} of the time "
+            f"in {pairs} pairs at a {pair_spread:.0%} pair spread; half the time from "
+            + (f"+{half:.0%}" if half is not None else "no effect under 10x")
+        )
+    if restart:
+        found = []
+        for starts in (FUTILE_AFTER, MAX_STARTS):
+
+            def restart_share(e: float, n: int = starts) -> float:
+                return restart_power(e, starts=n, start_spread=start_spread,
+                                     min_effect=min_effect, confidence=confidence)  # fmt: skip
+
+            half = smallest_effect(restart_share)
+            found.append(
+                f"{restart_share(effect):.0%} with {starts} starts a side (half the time from "
+                + (f"+{half:.0%})" if half is not None else "no effect under 10x)")
+            )
+        lines.append(
+            f"a restart +{effect:.0%} effect at a {start_spread:.0%} start-to-start spread is "
+            "called better " + ", ".join(found)
+        )
+    return tuple(lines)
