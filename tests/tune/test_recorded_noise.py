@@ -108,7 +108,7 @@ def test_a_resampled_series_keeps_its_mean(tmp_path):
     assert "only 3 recorded start(s)" in recording.describe(256, OUTPUT)
 
 
-def test_the_stand_in_measures_a_b_b_a_and_asks_after_whole_blocks(tmp_path):
+def test_the_stand_in_measures_a_b_b_a_and_asks_after_every_round(tmp_path):
     recording = load_recording(
         write_recording(tmp_path / "rec", [synthetic_reads([(256, 2), (256, 30)], [100.0])]),
         settle_s=0,
@@ -122,9 +122,9 @@ def test_the_stand_in_measures_a_b_b_a_and_asks_after_whole_blocks(tmp_path):
         return CONTINUE if len(asked) < 2 else STOP
 
     outcome = engine(0, {"other": 1}, {}, decide, 0.0, (1, 2))
-    assert asked == [4, 8]  # after rounds 2 and 4: two values, two rounds a block
-    assert [r.live_value for r in outcome.runs] == [1, 2, 2, 1, 1, 2, 2, 1]
-    assert [r.round for r in outcome.runs] == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert asked == [2, 4]  # after rounds 1 and 2: two values a round
+    assert [r.live_value for r in outcome.runs] == [1, 2, 2, 1]
+    assert [r.round for r in outcome.runs] == [0, 0, 1, 1]
     flat = {r.live_value: r.output_throughput for r in outcome.runs}
     assert flat[2] == pytest.approx(1.1 * flat[1])  # a constant recording: the truth alone
     assert outcome.runs[0].throughput == pytest.approx(100.0)  # the objective: output tokens
