@@ -256,8 +256,13 @@ def current_file(results_dir: Path) -> Path:
 
 def current_night(results_dir: Path) -> Path | None:
     """The night in progress (CURRENT_FILE names its folder), or None."""
+    return read_current(current_file(results_dir))
+
+
+def read_current(path: Path) -> Path | None:
+    """The night a CURRENT_FILE names, or None (no file, or an empty one)."""
     try:
-        text = current_file(results_dir).read_text(encoding="utf-8").strip()
+        text = Path(path).read_text(encoding="utf-8").strip()
     except FileNotFoundError:
         return None
     return Path(text) if text else None

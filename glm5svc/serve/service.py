@@ -16,7 +16,6 @@ needs nothing else.
 
 from __future__ import annotations
 
-
 from dataclasses import dataclass, replace
 from pathlib import Path
 
