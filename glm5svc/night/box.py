@@ -16,6 +16,7 @@ from glm5svc.errors import Glm5Error
 from glm5svc.night import units
 from glm5svc.night.serving import running_sha256, serving_now, wait_serving
 from glm5svc.night.state import NightState, file_sha256
+from glm5svc.tune.apply import HEADER_START
 
 
 def first_line(exc: BaseException) -> str:
@@ -41,18 +42,31 @@ def keep_aside(config_path: Path, why: str) -> Path | None:
 
 def drift(state: NightState) -> str | None:
     """Why the configuration file is not what the night left there: neither the evening's
-    nor the overlay it applied (None: it is one of them, or no evening was kept yet)."""
+    nor the overlay it applied (None: it is one of them, or no evening was kept yet). A
+    night killed inside `tune apply` has no record of what it wrote: a file whose first line
+    is that apply's header for this night's tune (and its intent recorded) is the night's."""
     if not state.evening_config.exists():
         return None
     now = file_sha256(Path(state.config_path))
     left = {file_sha256(state.evening_config), state.data("apply").get("written_sha256")}
     if now is not None and now in left:
         return None
+    if state.intent("apply") and _written_by_apply(Path(state.config_path), state.tune_dir):
+        return None
     return (
         f"{state.config_path} was changed during the night, not by the night "
         f"(sha256 {(now or 'unreadable')[:12]}: neither the evening's nor the overlay's); "
         "the edit is left in place"
     )
+
+
+def _written_by_apply(config_path: Path, tune_dir: Path) -> bool:
+    try:
+        with open(config_path, encoding="utf-8", errors="replace") as handle:
+            first = handle.readline()
+    except OSError:
+        return False
+    return first.startswith(f"{HEADER_START} {tune_dir}`")
 
 
 def loads(config_path: str | Path) -> bool:

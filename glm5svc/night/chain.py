@@ -80,6 +80,7 @@ class Night:
         self.turn = FleetTurn(config, state, log)
         self.restart_error: str | None = None  # glm5.service's start after the tune, failed
         self.recorded = True
+        self.in_step: str | None = None  # the step running, until its end is saved
 
     # ----- the chain ----------------------------------------------------------------
 
@@ -129,7 +130,8 @@ class Night:
 
     def _cut(self, outcome: str, why: str) -> None:
         """The running step ends `outcome`; the night's outcome says which and why."""
-        step = next((s for s, e in self.state.steps.items() if e.get("status") == "running"), None)
+        running = (s for s, e in self.state.steps.items() if e.get("status") == "running")
+        step = next(running, self.in_step)  # in_step: its end was not saved
         if step is not None:
             self.state.end_step(step, outcome, why)
         where = f"during {step}" if step else "before its first step"
@@ -168,10 +170,12 @@ class Night:
             return self.state.data(name)
         if self.stop.is_set() and name not in ("rollback", "report"):
             raise Stopped(f"before {name}")
+        self.in_step = name
         self.state.begin_step(name)
         self.log(f"night: {name}")
         data = step()
         self.state.end_step(name, "done", data.pop("detail"), **data)
+        self.in_step = None
         return self.state.data(name)
 
     def _decide(self, outcome: str, headline: str) -> None:
