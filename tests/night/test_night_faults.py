@@ -10,7 +10,9 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -142,6 +144,39 @@ def test_an_unreadable_state_with_glm5_down_is_ended_by_resume_and_a_new_begin_m
     assert not current.exists()
     status = box.status()
     assert "last night: failed" in status.stdout and "state cannot be read" in status.stdout
+    # A new night may begin, and says how the last one ended.
+    systemctl.define(box.manager, "glm5-tune.service", [sys.executable, "-c", "pass"])
+    begun = subprocess.run([*box.glm5svc, "night", "begin"], capture_output=True, text=True,
+                           timeout=scaled(120))  # fmt: skip
+    assert begun.returncode == 0, begun.stdout + begun.stderr
+    assert "the last night" in begun.stdout and "state cannot be read" in begun.stdout
+    assert current.exists() and Path(current.read_text().strip()) != state.night_dir
+
+
+def test_killed_between_the_rollbacks_write_and_its_restart_the_rerun_restarts(
+    request, tmp_path, monkeypatch
+):
+    from glm5svc.night.chain import Night
+
+    box = FaultBox(request, tmp_path, monkeypatch)
+    state = box.night_at_apply()
+    night, _ = box.run(state, monkeypatch, slower_when_tuned=True)
+    assert state.outcome == "rolled_back"
+    # Back to the moment the evening's file was written and glm5.service not yet restarted.
+    crashed = NightState.load(state.night_dir)
+    crashed.steps["rollback"] = {"status": "running", "intent": {"action": "restart"}}
+    crashed.steps.pop("report")
+    subprocess.run([*box.glm5svc, "tune", "apply", str(state.tune_dir)], check=True,
+                   capture_output=True, timeout=scaled(120))  # fmt: skip
+    assert box.serving_sha() == sha(box.config.read_bytes()) != sha(box.evening)
+    # The tuned process serves, the file...
+    box.config.write_bytes(box.evening)  # ...is the evening's again
+    monkeypatch.setattr(Night, "_bench", box.measure())
+    again = Night(crashed, box.loaded(), threading.Event(), log=lambda _: None)
+    assert again.run() == "rolled_back"
+    assert box.serving_sha() == sha(box.evening)
+    assert crashed.step("rollback")["attempts"] == 2
+    assert "- now: glm5.service serves the evening's configuration" in report_of(crashed)
 
 
 def test_a_broken_configuration_is_put_aside_and_the_evenings_serves_again(
