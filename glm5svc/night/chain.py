@@ -108,8 +108,8 @@ class Night:
         self.recorded = True
         try:
             self._once("report", self.report)
-        except OSError as exc:  # report.md went to stderr; the unit's next run writes it
-            state.end_step("report", "failed", f"not written: {exc.strerror or exc}")
+        except Exception as exc:  # report.md went to stderr; the unit's next run writes it
+            state.end_step("report", "failed", f"not written: {first_line(exc)}")
             self.recorded = False
         results = self.config.service.results_dir
         why = write_textfile(self.config.service.night_textfile, results, state)

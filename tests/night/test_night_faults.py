@@ -120,6 +120,10 @@ def test_a_rollback_that_cannot_start_glm5_is_reported_failed_and_status_still_s
     status = box.status()
     assert status.returncode == 3, status.stderr
     assert "last night: failed" in status.stdout and "the rollback failed" in status.stdout
+    answer = subprocess.run([*box.glm5svc, "status", "--json"], capture_output=True, text=True,
+                            timeout=scaled(60))  # fmt: skip
+    assert answer.returncode == 3
+    assert json.loads(answer.stdout)["last_night"]["night_outcome"] == "failed"
     textfile = (tmp_path / "textfiles" / "glm5svc-night.prom").read_text()
     assert 'glm5svc_night_outcome{outcome="failed"} 1.0' in textfile
     assert "glm5svc_night_in_progress 0.0" in textfile
