@@ -19,6 +19,9 @@ ended by `night resume`: the evening's configuration back (the file it replaces 
 it), glm5.service started, the night recorded as failed; a new `begin` may follow.
 
 docs/operations.md, "One unattended night", is the operator's guide.
+
+Longer than 400 lines: seven actions and their options in one command; what they run is in
+glm5svc/night/.
 """
 
 from __future__ import annotations
@@ -348,35 +351,23 @@ def run_fallback(args) -> int:
 
 
 def _config_or_why(args):
-    from glm5svc.config import load_config
+    from glm5svc.night.fallback import config_or_why
 
-    try:
-        return load_config(args.config), None
-    except ConfigError as exc:
-        return None, str(exc).splitlines()[0]
+    return config_or_why(args.config)
 
 
 def _current_file(args, config) -> Path:
-    from glm5svc.config import ServiceSection
-    from glm5svc.night.state import current_file
+    from glm5svc.night.fallback import current_file_of
 
-    if args.current:
-        return Path(args.current)
-    results = config.service.results_dir if config else ServiceSection().results_dir
-    return current_file(results)
+    return current_file_of(args.current, config)
 
 
 def _recovered(current: Path, folder: Path | None, args, why: str, config_path=None) -> int:
     from glm5svc.config import resolve_config_path
-    from glm5svc.night.fallback import recover
+    from glm5svc.night.fallback import recover_and_say
 
     config_path = config_path or resolve_config_path(args.config).absolute()
-    done = recover(current, folder, config_path, why, log=_log)
-    print(f"night: {'; '.join(done.did)}")
-    if done.serving is not None:
-        print(f"night: glm5.service does not serve: {done.serving}", file=sys.stderr)
-        return 1
-    return 0 if done.recorded else 1
+    return recover_and_say(current, folder, config_path, why, log=_log)
 
 
 def _log(text: str) -> None:

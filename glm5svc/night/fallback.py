@@ -12,13 +12,14 @@ disk refuses is said on stderr (the journal).
 
 from __future__ import annotations
 
+import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 from glm5svc.atomic_file import write_atomic
-from glm5svc.config import Config, load_config
-from glm5svc.errors import Glm5Error
+from glm5svc.config import Config, ServiceSection, load_config
+from glm5svc.errors import ConfigError, Glm5Error
 from glm5svc.json_output import now_utc
 from glm5svc.night import units
 from glm5svc.night.box import first_line, keep_aside, serving_line
@@ -28,6 +29,7 @@ from glm5svc.night.state import (
     EVENING_CONFIG,
     NightState,
     UnreadableNight,
+    current_file,
     file_sha256,
     read_current,
 )
@@ -68,6 +70,33 @@ def recover(
     log(f"night: failed: {headline}")
     recorded = _record(state, unreadable, Path(night_dir), results_dir, config, headline, log)
     return Recovered(did, serving, recorded and _forget(current_file, log))
+
+
+def recover_and_say(current_file: Path, night_dir, config_path: Path, why: str, log) -> int:
+    """`recover`, said on stdout and stderr; the exit status of `night resume`/`fallback`."""
+    done = recover(current_file, night_dir, config_path, why, log=log)
+    print(f"night: {'; '.join(done.did)}")
+    if done.serving is not None:
+        print(f"night: glm5.service does not serve: {done.serving}", file=sys.stderr)
+        return 1
+    return 0 if done.recorded else 1
+
+
+def config_or_why(config_arg) -> tuple[Config | None, str | None]:
+    """The configuration, or None and why it does not load (the night goes on to end)."""
+    try:
+        return load_config(config_arg), None
+    except ConfigError as exc:
+        return None, str(exc).splitlines()[0]
+
+
+def current_file_of(given: str | None, config: Config | None) -> Path:
+    """The file naming the night in progress: the one given (the units pass it), else the
+    configuration's, else the default results folder's."""
+    if given:
+        return Path(given)
+    results = config.service.results_dir if config else ServiceSection().results_dir
+    return current_file(results)
 
 
 def put_back(
