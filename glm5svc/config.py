@@ -341,6 +341,11 @@ class ServiceSection(Section):
     """On stop, seconds sglang may finish the requests in flight before its processes are killed."""
     results_dir: Path = Path("/var/lib/glm5")
     """Where benchmark results and the last run's record go."""
+    night_textfile: Path | None = Path("/var/lib/prometheus/node-exporter/glm5svc-night.prom")
+    """The unattended night's metrics for node_exporter's textfile collector (its outcome, its
+    deadline while one is in progress), written by the night whenever its folder exists, so
+    that they outlive glm5.service; null: none. Debian's prometheus-node-exporter reads this
+    folder (--collector.textfile.directory)."""
 
 
 class TelemetrySection(Section):

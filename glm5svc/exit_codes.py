@@ -50,10 +50,32 @@ EXIT_CODES: dict[str, tuple[tuple[int, str], ...]] = {
     ),  # fmt: skip
     "night": ((2, "no action given (plan, begin, resume, status, report or stop)"),),
     "night plan": ((0, "the plan printed"), CONFIG),
-    "night begin": ((0, "the night's folder made and glm5-tune.service started"), CONFIG),
-    "night resume": (
-        (0, "the night ran to its end (tuned, unchanged, rolled back or stopped: the report)"),
+    "night begin": (
+        (0, "the night's folder made and glm5-tune.service started"),
+        (75, "another `glm5svc night` process holds the night's lock"),
         CONFIG,
+    ),
+    "night resume": (
+        (
+            0,
+            "the night ran to its end (tuned, unchanged, rolled back or stopped: the report), "
+            "or one whose state or configuration cannot be read was ended (the evening's back)",
+        ),
+        (
+            1,
+            "the outcome could not be recorded (the report on stderr), or glm5.service does "
+            "not serve after the evening's configuration was put back",
+        ),
+        (75, "another `glm5svc night` process holds the night's lock"),
+        CONFIG,
+    ),
+    "night fallback": (
+        (
+            0,
+            "the evening's configuration back and glm5.service serving (or another night "
+            "process holds the lock and ends the night itself)",
+        ),
+        (1, "glm5.service does not serve after it, or the outcome could not be recorded"),
     ),
     "night status": ((0, "the night shown"), CONFIG),
     "night report": ((0, "the report printed"), CONFIG),

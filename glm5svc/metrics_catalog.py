@@ -65,7 +65,8 @@ class _EverySampler:
 
 
 class _EveryNight:
-    """A night that ended with every figure, and a turn held (serve.metrics.NightFiles)."""
+    """A night that ended with every figure, a turn held and (as the night's textfile has
+    it) one in progress (serve.metrics.NightFiles)."""
 
     def last(self) -> LastNight:
         ended = "2026-01-01T06:00:00.000+00:00"
@@ -80,6 +81,9 @@ class _EveryNight:
 
     def in_turn(self) -> bool:
         return True
+
+    def deadline(self) -> float:
+        return 1.0
 
 
 def _state_with_everything() -> SupervisorState:

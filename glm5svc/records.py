@@ -115,6 +115,9 @@ class PlanSummary:
     gpus: dict[str, Any] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+    # The sha256 of the configuration file's bytes this service started on (`glm5svc
+    # night` restarts glm5.service unless it matches the file's).
+    config_sha256: str | None = None
 
     def flag_value(self, flag: str) -> str | None:
         """The value after `flag` in argv (the last one, as argparse takes it)."""

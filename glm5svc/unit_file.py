@@ -1,5 +1,6 @@
 """glm5.service for a given venv and configuration file, rendered from the shipped template;
-glm5-tune.service (the unattended night, `glm5svc night`) from its own.
+glm5-tune.service (the unattended night, `glm5svc night`) and glm5-night-fallback.service
+(its way back when systemd gives up on it) from their own.
 
 The template (glm5svc/data/glm5.service.in) holds everything else; the open-file limit comes
 from glm5svc.hostfacts.limits, the value the container's lxc.prlimit.nofile and preflight use.
@@ -15,6 +16,7 @@ from glm5svc.hostfacts.limits import NOFILE
 
 TEMPLATE = Path(__file__).parent / "data" / "glm5.service.in"
 TUNE_TEMPLATE = Path(__file__).parent / "data" / "glm5-tune.service.in"
+FALLBACK_TEMPLATE = Path(__file__).parent / "data" / "glm5-night-fallback.service.in"
 NIGHT_CURRENT = "night-current"  # under service.results_dir (glm5svc.night.state names it)
 # The venv of the default server.python (/opt/glm5/venv/bin/python).
 DEFAULT_VENV = ServerSection.model_fields["python"].default.parent.parent
@@ -76,12 +78,25 @@ def render_tune_unit(
     results_dir: Path = MANAGED_FOLDERS[0],
 ) -> str:
     """glm5-tune.service: `glm5svc night resume` while a night is in progress."""
+    return _night_unit(TUNE_TEMPLATE, venv, config_path, results_dir)
+
+
+def render_fallback_unit(
+    venv: Path = DEFAULT_VENV,
+    config_path: Path = DEFAULT_CONFIG_PATH,
+    results_dir: Path = MANAGED_FOLDERS[0],
+) -> str:
+    """glm5-night-fallback.service: `glm5svc night fallback`, glm5-tune.service's OnFailure=."""
+    return _night_unit(FALLBACK_TEMPLATE, venv, config_path, results_dir)
+
+
+def _night_unit(template: Path, venv: Path, config_path: Path, results_dir: Path) -> str:
     values = {
         "@GLM5SVC@": _checked("--venv", Path(venv)) + "/bin/glm5svc",
         "@CONFIG@": _checked("--config", Path(config_path)),
         "@CURRENT@": _checked("service.results_dir", Path(results_dir) / NIGHT_CURRENT),
     }
-    text = TUNE_TEMPLATE.read_text(encoding="utf-8")
+    text = template.read_text(encoding="utf-8")
     for placeholder, value in values.items():
         text = text.replace(placeholder, value)
     return text

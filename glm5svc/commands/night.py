@@ -9,8 +9,19 @@ configuration back when the morning is worse beyond the noise or does not come u
     glm5svc night status [DIR]     the night in progress (or the last one), step by step
     glm5svc night report [DIR]     the morning report (report.md)
     glm5svc night stop             stop it cleanly: the evening's configuration serves
+    glm5svc night fallback         what glm5-night-fallback.service runs when systemd gives
+                                   up on the night: the evening's configuration back and
+                                   glm5.service started, without the night's state
+
+One `glm5svc night` process at a time (begin, resume, fallback): a second is refused (75).
+A night whose state file cannot be read, or whose configuration file does not load, is
+ended by `night resume`: the evening's configuration back (the file it replaces kept beside
+it), glm5.service started, the night recorded as failed; a new `begin` may follow.
 
 docs/operations.md, "One unattended night", is the operator's guide.
+
+Longer than 400 lines: seven actions and their options in one command; what they run is in
+glm5svc/night/.
 """
 
 from __future__ import annotations
@@ -76,7 +87,19 @@ def register(subparsers):
         description=DESCRIPTIONS["resume"], epilog=epilog("night resume"),
     )  # fmt: skip
     resume.add_argument("night_dir", nargs="?", metavar="DIR", help="default: the one in progress")
+    fallback = actions.add_parser(
+        "fallback", help="the evening's configuration back and glm5.service started (the unit's)",
+        epilog=epilog("night fallback"),
+    )  # fmt: skip
+    for action in (resume, fallback):
+        action.add_argument(
+            "--current",
+            metavar="FILE",
+            help="the file naming the night in progress (the units pass it, so that the night "
+            "is found when the configuration does not load; default: in service.results_dir)",
+        )
     resume.set_defaults(func=run_resume)
+    fallback.set_defaults(func=run_fallback)
     for name, help_text, func in (
         ("status", "the night in progress (or the last one), step by step", run_status),
         ("report", "print the morning report of a night (default: the last one)", run_report),
@@ -208,19 +231,66 @@ def run_plan(args) -> int:
 
 
 def run_begin(args) -> int:
-    from glm5svc.bench.sweep import new_run_dir
-    from glm5svc.json_output import now_utc
-    from glm5svc.night import units
-    from glm5svc.night.plan import plan_lines
-    from glm5svc.night.state import NIGHTS_FOLDER, NightState, current_night, set_current
+    from glm5svc.night.lock import night_lock
+    from glm5svc.records import LastNight, RecordError
 
     config, _, _ = _prepared(args)
     results = Path(config.service.results_dir)
+    with night_lock(results, "night begin") as unlocked:
+        if unlocked:
+            raise ConfigError(f"night begin: cannot take the night's lock ({unlocked}); "
+                              "free space there or make it writable")  # fmt: skip
+        state, plan = _begun(args, results)
+    from glm5svc.night import units
+
+    try:
+        last = LastNight.read(results)
+    except RecordError:
+        last = None
+    if last is not None and last.night_outcome == "failed" and not args.json:
+        print(f"night: the last night ({last.night_dir}) failed: {last.night_headline}")
+    units.act("start", units.NIGHT_UNIT, "--no-block")
+    from glm5svc.night.plan import plan_lines
+
+    if args.json:
+        emit(args.json_schema, {"night_dir": str(state.night_dir), "plan": plan})
+    else:
+        print("\n".join(plan_lines(plan, args.windows)))
+        print(
+            f"night: {state.night_dir}; it runs in {units.NIGHT_UNIT} "
+            "(`glm5svc night status`, `journalctl -u glm5-tune -f`)"
+        )
+    return 0
+
+
+def _begun(args, results: Path):
+    """The night's folder, state and marker, under the lock."""
+    from glm5svc.bench.sweep import new_run_dir
+    from glm5svc.json_output import now_utc
+    from glm5svc.night.plan import plan_lines
+    from glm5svc.night.report import write_textfile
+    from glm5svc.night.state import (
+        NIGHTS_FOLDER,
+        NightState,
+        UnreadableNight,
+        current_night,
+        holds_a_night,
+        set_current,
+    )
+
     running = current_night(results)
     if running is not None:
+        try:
+            NightState.load(running)
+            hint = "`glm5svc night status` shows it, `glm5svc night stop` ends it"
+        except UnreadableNight as exc:
+            hint = (f"its state cannot be read ({exc}): `glm5svc night resume` puts the "
+                    "evening's configuration back and ends it, then begin again")  # fmt: skip
+        raise ConfigError(f"a night is in progress: {running}; {hint}")
+    if args.night_dir and holds_a_night(Path(args.night_dir)):
         raise ConfigError(
-            f"a night is in progress: {running}; `glm5svc night status` shows it, "
-            "`glm5svc night stop` ends it"
+            f"--night-dir {args.night_dir}: it holds a night already (night.json or "
+            "evening.yaml); give a new folder, or leave --night-dir out for a fresh one"
         )
     config, config_path, workload, plan = _plan(args)
     folder = Path(args.night_dir) if args.night_dir else new_run_dir(results, "", NIGHTS_FOLDER)
@@ -239,36 +309,87 @@ def run_begin(args) -> int:
     )
     state.note("began: " + "; ".join(line.strip() for line in plan_lines(plan, args.windows)))
     set_current(results, state.night_dir)
-    units.act("start", units.NIGHT_UNIT, "--no-block")
-    if args.json:
-        emit(args.json_schema, {"night_dir": str(state.night_dir), "plan": plan})
-    else:
-        print("\n".join(plan_lines(plan, args.windows)))
-        print(
-            f"night: {state.night_dir}; it runs in {units.NIGHT_UNIT} "
-            "(`glm5svc night status`, `journalctl -u glm5-tune -f`)"
-        )
-    return 0
+    write_textfile(config.service.night_textfile, results, state)
+    return state, plan
 
 
 def run_resume(args) -> int:
     from glm5svc.config import load_config
     from glm5svc.night.chain import Night
-    from glm5svc.night.state import NightState, current_night
+    from glm5svc.night.lock import night_lock
+    from glm5svc.night.state import UnreadableNight, read_current
 
-    config = load_config(args.config)
-    folder = Path(args.night_dir) if args.night_dir else current_night(config.service.results_dir)
-    if folder is None:
-        print("night: no night in progress")
-        return 0
-    state = NightState.load(folder)
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, lambda signum, frame: stop.set())
-    outcome = Night(state, load_config(state.config_path), stop, log=_log).run()
+    config, broken = _config_or_why(args)
+    current = _current_file(args, config)
+    with night_lock(current.parent, "night resume") as unlocked:
+        if unlocked:
+            _log(f"night: without the lock ({unlocked})")
+        folder = Path(args.night_dir) if args.night_dir else read_current(current)
+        if folder is None:
+            print("night: no night in progress")
+            return 0
+        from glm5svc.night.state import NightState
+
+        try:
+            state = NightState.load(folder)
+        except UnreadableNight as exc:
+            return _recovered(current, folder, args, f"the night's state cannot be read: {exc}")
+        if broken is None:
+            try:
+                night_config = load_config(state.config_path)
+            except ConfigError as exc:
+                broken = str(exc).splitlines()[0]
+        if broken is not None:
+            why = f"the configuration does not load: {broken}"
+            return _recovered(current, folder, args, why, Path(state.config_path))
+        stop = threading.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, lambda signum, frame: stop.set())
+        night = Night(state, night_config, stop, log=_log)
+        outcome = night.run()
     print(f"night: {outcome}: {state.headline}")
     print(f"night: report: {state.night_dir / 'report.md'}")
+    if not night.recorded:
+        print("night: the outcome could not be recorded (said above); systemd runs "
+              "glm5-tune.service again to write it", file=sys.stderr)  # fmt: skip
+        return 1
     return 0
+
+
+def run_fallback(args) -> int:
+    from glm5svc.night.lock import NightBusy, night_lock
+
+    config, broken = _config_or_why(args)
+    current = _current_file(args, config)
+    try:
+        with night_lock(current.parent, "night fallback") as unlocked:
+            if unlocked:
+                _log(f"night: without the lock ({unlocked})")
+            return _recovered(current, None, args, "systemd gave up on the night's unit "
+                              "(`journalctl -u glm5-tune -b` says why)")  # fmt: skip
+    except NightBusy as exc:
+        print(f"night: nothing done: {exc}")  # that process is alive, and ends the night
+        return 0
+
+
+def _config_or_why(args):
+    from glm5svc.night.fallback import config_or_why
+
+    return config_or_why(args.config)
+
+
+def _current_file(args, config) -> Path:
+    from glm5svc.night.fallback import current_file_of
+
+    return current_file_of(args.current, config)
+
+
+def _recovered(current: Path, folder: Path | None, args, why: str, config_path=None) -> int:
+    from glm5svc.config import resolve_config_path
+    from glm5svc.night.fallback import recover_and_say
+
+    config_path = config_path or resolve_config_path(args.config).absolute()
+    return recover_and_say(current, folder, config_path, why, log=_log)
 
 
 def _log(text: str) -> None:

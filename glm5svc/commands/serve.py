@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
+from pathlib import Path
+
 from glm5svc.bench.post_start import post_start_hook
-from glm5svc.config import load_config, rules_of
+from glm5svc.config import load_config, resolve_config_path, rules_of
 from glm5svc.exit_codes import epilog
 from glm5svc.serve.service import build_service
 
@@ -19,8 +22,14 @@ def register(subparsers):
 
 
 def run(args) -> int:
+    # What the night compares with the file's (a rerun restarts unless they match); read
+    # before the file is loaded, so that a write in between shows as a difference.
+    try:
+        sha = hashlib.sha256(Path(resolve_config_path(args.config)).read_bytes()).hexdigest()
+    except OSError:
+        sha = None  # load_config says what is wrong with the file
     config = load_config(args.config)
     hook = post_start_hook if config.benchmark.post_start.enabled else None
     with rules_of(args.config):
-        service = build_service(config, post_ready_hook=hook)
+        service = build_service(config, post_ready_hook=hook, config_sha256=sha)
     return service.run()

@@ -81,12 +81,17 @@ def run(args) -> int:
     try:
         _, raw = fetch_bytes(url, timeout_s=args.timeout)
     except FetchError as exc:
+        # The last night's line all the same: it may be why nothing serves.
+        last = last_night(service.results_dir)
+        if last and not args.json:
+            print(night_line(last))
         raise Unreachable(
             f"not reachable at {exc}",
             problems=[
                 "is the service running? `systemctl status glm5` / `journalctl -u glm5 -e`",
                 RESET_HINT.strip(),
             ],
+            fields={"last_night": records_to_dict(last)} if last else None,
         ) from None
     try:
         status = json.loads(raw)

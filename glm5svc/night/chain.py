@@ -1,5 +1,8 @@
 """The night on the box, step by step (state.STEPS), each step resumable and idempotent.
 
+Longer than 400 lines: the steps in their order and each one's failure path beside it, in
+one class; what they look at on the box is in box.py, the state in state.py.
+
 evening   the configuration as it serves, kept byte for byte (evening.yaml); glm5.service up
 baseline  `glm5svc bench` on the tune's workload: the evening's windows
 tune      `glm5svc tune run --take-over` (or `--resume` its folder), within what the budget
@@ -16,6 +19,19 @@ report    report.md and report.json in the night's folder, the last night's reco
 Every failure and every stop ends in `rollback`: glm5.service serves the evening's
 configuration. A night killed at any point (SIGKILL, a reboot) runs again from its state
 file: the step that was running runs again, the tune with `--resume`.
+
+What can go wrong on the way, and what the night does:
+- whatever breaks a step (an error, a bug, a disk that refuses the state file) ends it
+  `failed` and the rollback runs; from then on a save the disk refuses is said on stderr
+  (the journal) and kept aside (state.py), never raised;
+- the apply, a restart and the rollback record their intent before they act; glm5.service
+  is restarted unless the configuration it started on (its /status: the file's sha256) is
+  the file's, so a night killed between the overlay's write and the restart restarts it;
+- a configuration file changed during the night by someone else (not the evening's, not
+  the overlay the night wrote) is drift: the apply and the rollback leave it in place and
+  the night ends `unchanged`, naming it (a file that does not load is put aside, named,
+  and the evening's put back);
+- the rollback and the report say what serves, looked at, not assumed.
 """
 
 from __future__ import annotations
@@ -31,13 +47,14 @@ from typing import Any
 from glm5svc.atomic_file import write_atomic
 from glm5svc.config import Config
 from glm5svc.errors import Glm5Error
-from glm5svc.night import units
+from glm5svc.night import box, units
+from glm5svc.night.box import first_line, keep_aside
 from glm5svc.night.children import Finished, Stopped, glm5svc_argv, run_child
 from glm5svc.night.compare import compare_mornings
 from glm5svc.night.fleet_turn import FleetTurn
-from glm5svc.night.report import write_report
-from glm5svc.night.serving import wait_serving
-from glm5svc.night.state import NightState, current_night, set_current
+from glm5svc.night.report import write_report, write_textfile
+from glm5svc.night.serving import running_sha256, wait_serving
+from glm5svc.night.state import NightState, current_night, file_sha256, set_current
 
 EXIT_CONFIG = 78  # tune apply refused the overlay (not confirmed, measured elsewhere)
 RESTART_GUESS_S = 120.0  # a start of glm5.service before one is measured
@@ -61,39 +78,65 @@ class Night:
         self.stop = stop
         self.log = log
         self.turn = FleetTurn(config, state, log)
+        self.restart_error: str | None = None  # glm5.service's start after the tune, failed
+        self.recorded = True
+        self.in_step: str | None = None  # the step running, until its end is saved
 
     # ----- the chain ----------------------------------------------------------------
 
     def run(self) -> str:
+        """The night to its end; its outcome. `recorded` says whether the report was written
+        (else it went to stderr, and the night's unit runs again to write it)."""
         state = self.state
         try:
             if state.outcome is None:
                 self._chain()
         except Stopped as exc:
-            self._cut("stopped", str(exc))
-        except (Glm5Error, OSError, ValueError) as exc:
-            self._cut("failed", str(exc).splitlines()[0])
+            state.lenient = True
+            self._cut("stopped", self._with_restart_error(str(exc)))
+        except Exception as exc:  # whatever breaks the night, the evening's comes back
+            state.lenient = True
+            self._cut("failed", first_line(exc))
+        state.lenient = True  # from here on the disk may refuse: act, then say what it refused
         if state.outcome in ("rolled_back", "failed", "stopped"):
             try:
                 self._once("rollback", self.rollback)
-            except (Glm5Error, OSError) as exc:
-                state.end_step("rollback", "failed", str(exc).splitlines()[0])
+            except Exception as exc:
+                state.end_step("rollback", "failed", first_line(exc))
                 state.outcome = "failed"
-                state.headline = f"{state.headline}; the rollback failed: {exc}"
-        self._once("report", self.report)
+                state.headline = f"{state.headline}; the rollback failed: {first_line(exc)}"
+        self.recorded = True
+        try:
+            self._once("report", self.report)
+        except Exception as exc:  # report.md went to stderr; the unit's next run writes it
+            state.end_step("report", "failed", f"not written: {first_line(exc)}")
+            self.recorded = False
         results = self.config.service.results_dir
-        if current_night(results) == state.night_dir:  # ended: nothing to continue at boot
-            set_current(results, None)
+        why = write_textfile(self.config.service.night_textfile, results, state)
+        if why:
+            self.log(f"night: the textfile for node_exporter: {why}")
+        if self.recorded and current_night(results) == state.night_dir:
+            try:
+                set_current(results, None)  # ended: nothing to continue at boot
+            except OSError as exc:
+                self.log(f"night: cannot remove {results}/night-current: {exc}")
+                self.recorded = False
         return state.outcome or "failed"
+
+    def _with_restart_error(self, why: str) -> str:
+        if self.restart_error:
+            return f"{why}; glm5.service did not start after the tune: {self.restart_error}"
+        return why
 
     def _cut(self, outcome: str, why: str) -> None:
         """The running step ends `outcome`; the night's outcome says which and why."""
-        step = next((s for s, e in self.state.steps.items() if e.get("status") == "running"), None)
+        running = (s for s, e in self.state.steps.items() if e.get("status") == "running")
+        step = next(running, self.in_step)  # in_step: its end was not saved
         if step is not None:
             self.state.end_step(step, outcome, why)
         where = f"during {step}" if step else "before its first step"
         if outcome == "stopped":
-            self._decide(outcome, f"stopped by the operator {where}")
+            self._decide(outcome, f"stopped by the operator {where}: {why}")
         else:
             self._decide(outcome, f"{step or 'the night'} failed: {why}")
 
@@ -127,10 +170,12 @@ class Night:
             return self.state.data(name)
         if self.stop.is_set() and name not in ("rollback", "report"):
             raise Stopped(f"before {name}")
+        self.in_step = name
         self.state.begin_step(name)
         self.log(f"night: {name}")
         data = step()
         self.state.end_step(name, "done", data.pop("detail"), **data)
+        self.in_step = None
         return self.state.data(name)
 
     def _decide(self, outcome: str, headline: str) -> None:
@@ -190,8 +235,10 @@ class Night:
             done = run_child(argv, "tune", state.night_dir, self.stop)
         finally:
             hand_back(self.config.server.cache_dir)
-            units.ensure_started()  # a tune killed mid-way never started it again
+            self._start_after_tune()  # a tune killed mid-way never started it again
             self.turn.back_in_rotation(self.stop)
+        if self.restart_error:
+            raise StepFailed(f"glm5.service did not start after the tune: {self.restart_error}")
         summary = done.document or {}
         if done.returncode != 0:
             raise StepFailed(f"glm5svc tune run exited {done.returncode}: {done.error()}")
@@ -219,41 +266,60 @@ class Night:
         return {"detail": f"tune: {detail}", "apply": why is None, "why": why, **facts}
 
     def apply(self) -> dict[str, Any]:
+        drift = box.drift(self.state)
+        if drift:
+            return {"detail": f"not applied: {drift}", "applied": False, "why": drift}
         self.turn.wait_for_turn(self.stop)
         argv = glm5svc_argv(
             self.state.config_path, "tune", "apply", str(self.state.tune_dir), "--json"
         )
+        self.state.intend("apply", "run `tune apply`: the overlay into the configuration "
+                          "file, then glm5.service restarted on it")  # fmt: skip
         done = run_child(argv, "apply", self.state.night_dir, self.stop)
+        written = file_sha256(Path(self.state.config_path))
         if done.returncode == EXIT_CONFIG:
             why = f"tune apply refused it: {done.error()}"
             return {"detail": why, "applied": False, "why": why}
         if done.returncode != 0:
-            written = (
-                Path(self.state.config_path).read_bytes() != self.state.evening_config.read_bytes()
-            )
-            if not written:
+            if written == file_sha256(self.state.evening_config):
                 raise StepFailed(f"glm5svc tune apply exited {done.returncode}: {done.error()}")
             why = f"tune apply wrote the overlay, then: {done.error()}"
-            return {"detail": why, "applied": True, "came_up": False, "why": why}
+            return {"detail": why, "applied": True, "came_up": False, "why": why,
+                    "written_sha256": written}  # fmt: skip
         result = done.document or {}
+        self.state.data("apply")["written_sha256"] = written
+        self.state.fulfilled("apply")
         try:
-            units.ensure_started()  # tune apply restarts only an active unit
+            # Unless tune apply's own restart did; a rerun after a kill between its write
+            # and its restart finds glm5.service on the evening's file, and restarts it.
+            restarted = box.serve_the_file(self.state, self.config, "apply")
         except units.UnitError as exc:
             why = f"glm5.service does not start on the tuned configuration: {exc}"
-            return {"detail": why, "applied": True, "came_up": False, "why": why}
+            return {"detail": why, "applied": True, "came_up": False, "why": why,
+                    "written_sha256": written}  # fmt: skip
+        changed = result.get("changed") or self.state.data("apply").get("changed")
+        how = "restarted it on the file" if restarted else "glm5.service restarted"
         return {
-            "detail": f"applied {result.get('changed')}; glm5.service restarted",
+            "detail": f"applied {changed}; {how}",
             "applied": True,
-            "changed": result.get("changed"),
-            "backup": result.get("backup"),
+            "changed": changed,
+            "backup": result.get("backup") or self.state.data("apply").get("backup"),
+            "written_sha256": written,
         }
 
     def morning(self) -> dict[str, Any]:
         why = wait_serving(self.config, self.stop)
         if why:
             return {"detail": f"glm5.service does not serve: {why}", "serving": False, "why": why}
+        running = running_sha256(self.config)
+        applied = self.state.data("apply").get("written_sha256")
+        if applied and running != applied:
+            raise StepFailed(
+                f"glm5.service does not run the applied configuration (sha256 {applied[:12]}; "
+                f"it started on {(running or 'an unknown one')[:12]}): nothing to measure"
+            )
         self.turn.back_in_rotation(self.stop)
-        return {**self._bench("morning"), "serving": True}
+        return {**self._bench("morning"), "serving": True, "measured_sha256": running}
 
     def compare(self) -> dict[str, Any]:
         evening = self.state.data("baseline")["throughputs"]
@@ -265,40 +331,69 @@ class Night:
         config_path = Path(self.state.config_path)
         kept = self.state.evening_config
         evening = kept.read_bytes() if kept.exists() else None
-        changed = evening is not None and config_path.read_bytes() != evening
+        drift = box.drift(self.state)
+        aside = None
+        if drift and box.loads(config_path):  # an operator's edit: it stays, and serves
+            self._decide("unchanged", f"{drift}; the night's own end was: {self.state.headline}")
+            box.serve_the_file(self.state, self.config, "rollback")
+            why = wait_serving(self.config, threading.Event())
+            return {"detail": f"not rolled back: {drift}", "restored": False, "drift": True,
+                    "serving": why is None, "why": why}  # fmt: skip
+        if drift:  # an edit that does not load: kept aside, the evening's back
+            aside = keep_aside(config_path, "broken")
+        now = file_sha256(config_path)
+        changed = evening is not None and now != file_sha256(kept)
         if changed:
             target = config_path.resolve()  # written through a link, as tune apply does
-            write_atomic(target, evening, mode=target.stat().st_mode & 0o7777)
-        active = units.is_active()
-        if changed or not active:
-            if active:  # it serves the tuned setting: the others first, as for any restart
-                self.turn.wait_for_turn(threading.Event(), bounded=False)
-            units.systemctl("reset-failed", units.SERVICE_UNIT, timeout_s=60)
-            units.act("restart")
+            mode = target.stat().st_mode & 0o7777 if target.exists() else 0o644
+            self.state.intend("rollback", f"put {kept.name} back into {config_path}")
+            write_atomic(target, evening, mode=mode)
+            self.state.fulfilled("rollback")
+        if units.is_active() and running_sha256(self.config) != file_sha256(config_path):
+            # it serves the tuned setting: the others first, as for any restart
+            self.turn.wait_for_turn(threading.Event(), bounded=False)
+        box.serve_the_file(self.state, self.config, "rollback")
         why = wait_serving(self.config, threading.Event())
+        running = running_sha256(self.config) if why is None else None
+        if why is None and evening is not None and running != file_sha256(kept):
+            why = f"it runs another configuration (sha256 {(running or 'unknown')[:12]})"
+        put_aside = f"; the edited file that does not load is kept as {aside}" if aside else ""
         if why:
             self.state.outcome = "failed"
             self.state.headline = (
                 f"{self.state.headline}; and glm5.service does not serve "
-                f"the evening's configuration: {why}"
+                f"the evening's configuration: {why}{put_aside}"
             )
             return {
-                "detail": f"glm5.service does not serve after the rollback: {why}",
+                "detail": f"glm5.service does not serve after the rollback: {why}{put_aside}",
                 "restored": changed,
                 "serving": False,
             }
+        if aside:
+            self.state.headline = f"{self.state.headline}{put_aside}"
         self.turn.back_in_rotation(threading.Event())
         what = "put the evening's configuration back and restarted" if changed else "kept"
         return {
-            "detail": f"{what} glm5.service: it serves the evening's configuration",
+            "detail": f"{what} glm5.service: it serves the evening's configuration{put_aside}",
             "restored": changed,
             "serving": True,
         }
 
     def report(self) -> dict[str, Any]:
-        return {"detail": f"wrote {write_report(self.state, self.config)}"}
+        serving = box.serving_line(self.state, self.config)
+        path = write_report(self.state, self.config.service.results_dir, serving)
+        return {"detail": f"wrote {path}"}
 
     # ----- helpers ------------------------------------------------------------------
+
+    def _start_after_tune(self) -> None:
+        """glm5.service started again after the tune; a failure is kept (restart_error) for
+        the step or the stop to report, never raised over what ended the tune."""
+        try:
+            units.ensure_started()
+        except units.UnitError as exc:
+            self.restart_error = first_line(exc)
+            self.state.note(f"tune: glm5.service did not start after the tune: {exc}")
 
     def _bench(self, side: str) -> dict[str, Any]:
         began = time.monotonic()

@@ -3,19 +3,27 @@ record (records.LastNight) that `glm5svc status` and /metrics show.
 
 What ran (each step, when, what it said), what changed (the overlay applied, or nothing),
 the evidence (the tune's folder, its confirmation, what its plan dropped), the before and
-after figures with their intervals, and the rollback if there was one.
+after figures with their intervals, the rollback if there was one, and what serves now
+(looked at when the report is written, never assumed).
+
+The night's figures also go to a textfile for node_exporter (service.night_textfile): the
+same families glm5.service's /metrics serves from the last night's record, plus whether a
+night is in progress and its deadline, so that the alerts see a night that failed with
+glm5.service down, and one that never ended.
 """
 
 from __future__ import annotations
 
 import json
+import sys
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from glm5svc.atomic_file import write_atomic
-from glm5svc.config import Config
 from glm5svc.json_output import now_utc
-from glm5svc.records import LAST_NIGHT_FILE, LastNight
+from glm5svc.records import LAST_NIGHT_FILE, LastNight, RecordError
+from glm5svc.serve.metrics import night_textfile
 from glm5svc.tune.stats import mean_interval
 
 REPORT_SCHEMA = "glm5svc.night.report/1"
@@ -36,7 +44,7 @@ def figures(state, side: str) -> dict[str, Any] | None:
     }
 
 
-def report_document(state) -> dict[str, Any]:
+def report_document(state, serving: str | None = None) -> dict[str, Any]:
     tune = state.data("tune") if "tune" in state.steps else {}
     applied = state.data("apply") if "apply" in state.steps else {}
     comparison = state.data("compare") if state.status_of("compare") == "done" else None
@@ -66,6 +74,7 @@ def report_document(state) -> dict[str, Any]:
         "changed": applied.get("changed") if applied.get("applied") else None,
         "config_backup": applied.get("backup"),
         "rollback": rollback,
+        "serving": serving,
         "events": state.events,
     }
 
@@ -107,8 +116,8 @@ def report_markdown(doc: dict[str, Any]) -> str:
     rollback = doc["rollback"]
     if rollback:
         lines.append(f"- rollback: {doc['steps'].get('rollback', {}).get('detail', '')}")
-    if doc["outcome"] != "tuned":
-        lines.append("- glm5.service serves the evening's configuration")
+    if doc.get("serving"):
+        lines.append(f"- now: {doc['serving']}")
     tune = doc["tune"]
     lines += ["", "## The evidence", ""]
     if tune:
@@ -129,19 +138,14 @@ def report_markdown(doc: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_report(state, config: Config) -> Path:
-    """report.json, report.md and the last night's record; returns report.md's path."""
-    state.ended_at = state.ended_at or now_utc()
-    doc = report_document(state)
-    write_atomic(state.night_dir / REPORT_JSON, json.dumps(doc, indent=2, default=str) + "\n")
-    write_atomic(state.night_dir / REPORT_MD, report_markdown(doc))
-    comparison = doc["comparison"] or {}
-    ratio = comparison.get("ratio") or {}
-    record = LastNight(
+def last_night_record(state, doc: dict[str, Any] | None = None) -> LastNight:
+    doc = doc or report_document(state)
+    ratio = (doc["comparison"] or {}).get("ratio") or {}
+    return LastNight(
         night_outcome=state.outcome or "failed",
         night_dir=str(state.night_dir),
         night_began_at=state.began_at,
-        night_ended_at=state.ended_at,
+        night_ended_at=state.ended_at or now_utc(),
         night_headline=state.headline or "",
         evening_tok_s=(doc["evening"] or {}).get("mean"),
         morning_tok_s=(doc["morning"] or {}).get("mean"),
@@ -149,8 +153,53 @@ def write_report(state, config: Config) -> Path:
         night_ratio_low=ratio.get("low"),
         night_ratio_high=ratio.get("high"),
     )
+
+
+def write_last_night(results_dir: Path, record: LastNight) -> None:
     # Read by glm5.service's /metrics, which runs as its own user (the night runs as root).
-    last = Path(config.service.results_dir) / LAST_NIGHT_FILE
-    write_atomic(last, record.to_json() + "\n", mode=0o644)
-    state.save()
+    write_atomic(Path(results_dir) / LAST_NIGHT_FILE, record.to_json() + "\n", mode=0o644)
+
+
+def write_report(state, results_dir: Path, serving: str | None = None) -> Path:
+    """report.json, report.md and the last night's record; returns report.md's path.
+    A folder that refuses them (full, read-only): the report goes to stderr (the journal)
+    and the OSError is raised once every other place was tried."""
+    state.ended_at = state.ended_at or now_utc()
+    doc = report_document(state, serving)
+    markdown = report_markdown(doc)
+    refused: list[OSError] = []
+    for write in (
+        lambda: write_atomic(state.night_dir / REPORT_JSON, json.dumps(doc, indent=2, default=str)),
+        lambda: write_atomic(state.night_dir / REPORT_MD, markdown),
+        lambda: write_last_night(results_dir, last_night_record(state, doc)),
+        state.save,
+    ):
+        try:
+            write()
+        except OSError as exc:
+            refused.append(exc)
+    if refused:
+        print(f"glm5svc night: the report could not be written ({refused[0]}):", file=sys.stderr)
+        print(markdown, file=sys.stderr, flush=True)
+        raise refused[0]
     return state.night_dir / REPORT_MD
+
+
+def write_textfile(path: Path | None, results_dir: Path, state=None) -> str | None:
+    """The night's families for node_exporter at `path` (when its folder exists): the last
+    night's record, and `state`'s deadline while that night is in progress. None, or why
+    it could not be written."""
+    if path is None or not Path(path).parent.is_dir():
+        return None
+    try:
+        last = LastNight.read(results_dir)
+    except RecordError:  # a broken record: the textfile says what it can
+        last = None
+    progress = None
+    if state is not None and state.status_of("report") != "done":
+        progress = datetime.fromisoformat(state.deadline_at).timestamp()
+    try:
+        write_atomic(Path(path), night_textfile(last, progress), mode=0o644)
+    except OSError as exc:
+        return f"{path}: {exc.strerror or exc}"
+    return None

@@ -36,6 +36,16 @@ def serving_now(config: Config) -> str | None:
     return None
 
 
+def running_sha256(config: Config) -> str | None:
+    """The sha256 of the configuration file glm5.service started on (its /status), or None
+    when it does not answer or does not say."""
+    try:
+        status = StatusDocument.from_dict(fetch_json(status_url(config), timeout_s=10))
+    except (FetchError, RecordError):
+        return None
+    return status.launch_plan.config_sha256 if status.launch_plan else None
+
+
 def wait_serving(
     config: Config, stop: threading.Event, wait_s: float = SERVING_WAIT_S
 ) -> str | None:

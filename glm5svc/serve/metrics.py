@@ -15,7 +15,7 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-from prometheus_client.exposition import choose_encoder
+from prometheus_client.exposition import choose_encoder, generate_latest
 from prometheus_client.registry import Collector
 
 from glm5svc.benchmark_gauges import bench_metrics_families
@@ -115,17 +115,37 @@ class NightFiles:
     def in_turn(self) -> bool:
         return (self.results_dir / NIGHT_TURN_FILE).exists()
 
+    def deadline(self) -> float | None:
+        """The deadline of a night in progress: only the night's textfile knows it."""
+        return None
+
 
 class NightCollector(Collector):
-    def __init__(self, night: NightFiles):
+    def __init__(self, night: NightFiles, turn: bool = True):
         self.night = night
+        self.turn = turn
 
     def collect(self):
-        yield _gauge(
-            "glm5svc_night_turn",
-            "1 while this replica's unattended night holds its turn behind the gateway",
-            self.night.in_turn(),
-        )
+        if self.turn:
+            yield _gauge(
+                "glm5svc_night_turn",
+                "1 while this replica's unattended night holds its turn behind the gateway",
+                self.night.in_turn(),
+            )
+        deadline = self.night.deadline()
+        if deadline is not None or not self.turn:
+            yield _gauge(
+                "glm5svc_night_in_progress",
+                "1 while an unattended night is in progress (the night's textfile)",
+                deadline is not None,
+            )
+        if deadline is not None:
+            yield _gauge(
+                "glm5svc_night_deadline_timestamp_seconds",
+                "when the night in progress should have ended, at the latest (unix time; "
+                "the night's textfile)",
+                deadline,
+            )
         last = self.night.last()
         if last is None:
             return
@@ -147,6 +167,27 @@ class NightCollector(Collector):
                 "the last night's morning throughput over the evening's",
                 last.night_ratio,
             )
+
+
+class _WrittenNight:
+    """What the night writes, in NightFiles' shape."""
+
+    def __init__(self, last: LastNight | None, deadline: float | None):
+        self._last, self._deadline = last, deadline
+
+    def last(self) -> LastNight | None:
+        return self._last
+
+    def deadline(self) -> float | None:
+        return self._deadline
+
+
+def night_textfile(last: LastNight | None, deadline: float | None) -> str:
+    """The night's families as node_exporter's textfile collector reads them: the last
+    night's (as /metrics serves them) and, while a night is in progress, its deadline."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(NightCollector(_WrittenNight(last, deadline), turn=False))
+    return generate_latest(registry).decode("utf-8")
 
 
 class NonEmpty(Collector):

@@ -16,7 +16,7 @@ needs nothing else.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from glm5svc.atomic_file import write_atomic
@@ -67,9 +67,11 @@ def build_service(
     facts: HostFacts | None = None,
     sink=None,
     loop_stale_after_s: float = LOOP_STALE_AFTER_S,
+    config_sha256: str | None = None,
 ) -> Service:
     """Everything `glm5svc serve` runs, ready to run. `facts`: the host's, if already read
-    (else read here, once); `sink`: where messages go (else the journal or stderr)."""
+    (else read here, once); `sink`: where messages go (else the journal or stderr);
+    `config_sha256`: the configuration file's, shown in /status (launch_plan)."""
     sink = sink or choose_sink()
     notifier = Notifier(on_error=lambda text: sink.message(text, PRIORITY_WARNING))
     facts = facts or HostFacts.read(config)
@@ -82,7 +84,7 @@ def build_service(
     launch = Launch(
         argv=list(plan.argv),
         env=dict(plan.env),
-        summary=plan.summary(),
+        summary=replace(plan.summary(), config_sha256=config_sha256),
         warnings=tuple(plan.warnings),
         api_key=facts.api_key(),
     )

@@ -19,7 +19,7 @@ from glm5svc.night.chain import hand_back, workload_args
 from glm5svc.night.compare import compare_mornings
 from glm5svc.night.state import NightState, current_night, set_current
 from glm5svc.tune.settings import WorkloadOptions
-from glm5svc.unit_file import render_tune_unit, render_unit
+from glm5svc.unit_file import render_fallback_unit, render_tune_unit, render_unit
 from tests.serve.test_unit_file import parse_unit, seconds
 
 REPO = Path(__file__).resolve().parents[2]
@@ -28,13 +28,17 @@ REPO = Path(__file__).resolve().parents[2]
 def test_the_tune_unit_runs_the_night_while_one_is_in_progress():
     unit = parse_unit(render_tune_unit(results_dir=Path("/srv/results")))
     service = unit["Service"]
-    assert (
-        service["ExecStart"]
-        == "/opt/glm5/venv/bin/glm5svc --config /etc/glm5/glm5.yaml night resume"
+    assert service["ExecStart"] == (
+        "/opt/glm5/venv/bin/glm5svc --config /etc/glm5/glm5.yaml night resume "
+        "--current /srv/results/night-current"
     )
     assert unit["Unit"]["ConditionPathExists"] == "/srv/results/night-current"
     assert "glm5.service" in unit["Unit"]["After"]
     assert service["Restart"] == "on-failure" and service["KillMode"] == "mixed"
+    # Once systemd gives up on it, the fallback; the spare copy of its state on a tmpfs.
+    assert unit["Unit"]["OnFailure"] == "glm5-night-fallback.service"
+    assert service["RuntimeDirectory"] == "glm5-night"
+    assert service["RuntimeDirectoryPreserve"] == "yes"
     # The stop puts the evening's configuration back: a whole start of glm5.service.
     glm5 = parse_unit(render_unit())
     assert seconds(service["TimeoutStopSec"]) > seconds(glm5["Service"]["TimeoutStartSec"])
@@ -43,16 +47,39 @@ def test_the_tune_unit_runs_the_night_while_one_is_in_progress():
     assert "- --tune" in role
 
 
-def test_systemd_analyze_verifies_the_tune_unit(tmp_path):
+def test_the_fallback_unit_needs_only_the_marker_and_the_evenings_copy():
+    unit = parse_unit(render_fallback_unit(results_dir=Path("/srv/results")))
+    service = unit["Service"]
+    assert service["ExecStart"] == (
+        "/opt/glm5/venv/bin/glm5svc --config /etc/glm5/glm5.yaml night fallback "
+        "--current /srv/results/night-current"
+    )
+    assert service["Type"] == "oneshot" and service["User"] == "root"
+    assert unit["Unit"]["ConditionPathExists"] == "/srv/results/night-current"
+    assert "Install" not in unit, "only the night's OnFailure= starts it"
+    glm5 = parse_unit(render_unit())
+    assert seconds(service["TimeoutStartSec"]) > seconds(glm5["Service"]["TimeoutStartSec"])
+    # The role installs it from the same source as the others: `glm5svc unit --fallback`.
+    role = (REPO / "roles" / "glm5_service" / "tasks" / "unit.yml").read_text()
+    assert "- --fallback" in role and "glm5_service_fallback_unit" in role
+
+
+@pytest.mark.parametrize("render", [render_tune_unit, render_fallback_unit])
+def test_systemd_analyze_verifies_the_night_units(tmp_path, render):
     analyze = shutil.which("systemd-analyze")
     if analyze is None:
         pytest.skip("systemd-analyze is not installed")
     program = Path(sys.executable).parent / "glm5svc"  # verify wants ExecStart's program
-    unit = tmp_path / "glm5-tune.service"
-    unit.write_text(render_tune_unit(program.parent.parent))
+    name = "glm5-tune.service" if render is render_tune_unit else "glm5-night-fallback.service"
+    unit = tmp_path / name
+    unit.write_text(render(program.parent.parent))
+    if render is render_tune_unit:  # OnFailure= names it: verify looks for it beside
+        (tmp_path / "glm5-night-fallback.service").write_text(
+            render_fallback_unit(program.parent.parent)
+        )
     result = subprocess.run([analyze, "verify", str(unit)], capture_output=True, text=True,
                             timeout=60)  # fmt: skip
-    problems = [line for line in result.stderr.splitlines() if "glm5-tune.service" in line]
+    problems = [line for line in result.stderr.splitlines() if name in line]
     assert result.returncode == 0 and not problems, result.stderr
 
 
@@ -62,7 +89,10 @@ def test_unit_tune_prints_it(tmp_path, capsys):
     assert main(["--config", str(config), "unit", "--tune", "--venv", "/srv/venv"]) == 0
     text = capsys.readouterr().out
     assert f"ConditionPathExists={tmp_path}/results/night-current" in text
-    assert f"ExecStart=/srv/venv/bin/glm5svc --config {config} night resume" in text
+    assert f"ExecStart=/srv/venv/bin/glm5svc --config {config} night resume --current" in text
+    assert main(["--config", str(config), "unit", "--fallback", "--venv", "/srv/venv"]) == 0
+    text = capsys.readouterr().out
+    assert f"ExecStart=/srv/venv/bin/glm5svc --config {config} night fallback --current" in text
 
 
 def test_a_morning_is_worse_only_beyond_the_noise():
