@@ -26,10 +26,11 @@ block of windows, and stops on the first "better", promotes a setting with no re
 in at most 1 - confidence of tunes. "Equivalent" keeps the start, so its interval (two
 one-sided tests at 1 - confidence, spent over looks the same way) needs no correction for
 the number of comparisons: a wrong "equivalent" costs a gain, never writes a change.
-- Live settings are looked at from their first pair (look k: the first k pairs), the pair
-  spread from their own pairs, the search's other live pairs on the machine and a prior
-  (PairNoise), so a large effect is called in its first few pairs and no pair is looked at
-  twice; rounds alternate A B, B A, so a linear drift cancels over every two pairs.
+- Live settings are looked at after 1, 2, 4, 8, ... pairs (look k: the first 2^(k-1)), the
+  pair spread from their own pairs, the search's other live pairs on the machine and a
+  prior (PairNoise), so a large effect is called in its first pairs and a small one keeps
+  most of the alpha for the late looks; rounds alternate A B, B A, so a linear drift
+  cancels over every two pairs.
 - Restart settings are looked at once per engine start of either side after the
   candidate's first (look k: the k-th such start). Within a start, the search only asks
   whether the candidate is clearly behind (`worse`), which stops that start early and can
@@ -210,14 +211,10 @@ class PairNoise:
         return math.sqrt(variance), float(dof), source
 
     def describe(self, sigma: float, source: str) -> str:
+        basis = f"the prior {self.prior:.1%} x {self.weight:g} dof, {self.pooled_dof} pooled dof"
         if source == "combined":
-            return (
-                f"pair spread {sigma:.1%} (the prior {self.prior:.1%} x {self.weight:g} dof, "
-                f"{self.pooled_dof} pooled dof)"
-            )
-        if source == "this machine's pairs":
-            return f"pair spread {sigma:.1%} ({source}: too narrow for the prior {self.prior:.1%})"
-        return f"pair spread {sigma:.1%} ({source}, wider than the prior {self.prior:.1%})"
+            return f"pair spread {sigma:.1%} ({basis})"
+        return f"pair spread {sigma:.1%} ({source}, the widest; {basis})"
 
 
 NO_PRIOR = PairNoise(prior=0.0, weight=0)
@@ -251,16 +248,22 @@ def judge_paired(
     noise: PairNoise = NO_PRIOR,
 ) -> Verdict:
     """Settings measured interleaved in one start: window i of each forms a pair. Looked at
-    from the first pair (look k: the first k pairs, of at most `looks`; `look` numbers the
-    look instead, for a test that looks only at planned points), the pair spread from the
-    pairs themselves and `noise` (a prior and the search's other pairs)."""
+    after 1, 2, 4, 8, ... pairs (look k: the first 2^(k-1) pairs, of a comparison that may
+    take `looks` pairs), so a large effect is called on its first pairs and a small one
+    keeps most of the alpha for its late looks; `look` numbers the look instead (of
+    `looks` looks, every pair counted), for a test that looks only at planned points. The
+    pair spread from the pairs themselves and `noise` (a prior and the search's other
+    pairs)."""
     pairs = log_pairs(candidate, incumbent)
+    if look is None and pairs:
+        look = len(pairs).bit_length()  # 2^(look-1) <= pairs < 2^look
+        pairs = pairs[: 2 ** (look - 1)]
+        looks = max(1, looks).bit_length()
     own_ss, own_dof = squared_deviations(pairs)
     sigma, dof, source = noise.spread(own_ss, own_dof)
     if not pairs or not math.isfinite(sigma):
         return Verdict(UNDECIDED, None, f"{len(pairs)} paired window(s): no spread known yet")
     n = len(pairs)
-    look = n if look is None else look
     d = math.fsum(pairs) / n
     se = sigma / math.sqrt(n)
     q = bound_quantile(one_sided_level(confidence, comparisons, look, looks), dof)

@@ -19,7 +19,6 @@ from typing import Any
 from glm5svc.tune.decision import (
     BETTER,
     PAIR_PRIOR_WEIGHT,
-    UNDECIDED,
     PairNoise,
     Verdict,
     judge_paired,
@@ -93,8 +92,10 @@ class InStartConfirmation:
             return STOP  # cut: the confirmation then takes its own start
         gain = self.verdict.gain
         futile = gain is not None and gain.high <= self.search.settings.min_effect
-        if self.verdict.kind != UNDECIDED or futile or rounds - self.from_round >= self.planned:
-            self.finished = True  # futile or all rounds undecided: not confirmed
+        # Only `better` ends it early: a worse or equivalent look is not confirmed either,
+        # but the fresh rounds go on while the gain is still in reach.
+        if self.verdict.kind == BETTER or futile or rounds - self.from_round >= self.planned:
+            self.finished = True
             return STOP
         return CONTINUE
 

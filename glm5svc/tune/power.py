@@ -34,10 +34,11 @@ def live_power(effect: float, *, pairs: int, pair_spread: float, min_effect: flo
     """The chance a live value `effect` better is called better within `pairs` pairs."""
     if pairs < 1:
         return 0.0
-    looks = max(pairs, looks or pairs)
-    level = one_sided_level(confidence, comparisons, pairs, looks)
-    q = bound_quantile(level, pairs - 1 + PAIR_PRIOR_WEIGHT)
-    return _power(effect, min_effect, pair_spread / math.sqrt(pairs), q)
+    look = pairs.bit_length()  # judge_paired looks after 1, 2, 4, ... pairs
+    used = 2 ** (look - 1)
+    level = one_sided_level(confidence, comparisons, look, max(pairs, looks or pairs).bit_length())
+    q = bound_quantile(level, used - 1 + PAIR_PRIOR_WEIGHT)
+    return _power(effect, min_effect, pair_spread / math.sqrt(used), q)
 
 
 def restart_power(effect: float, *, starts: int, start_spread: float, min_effect: float,
