@@ -196,19 +196,23 @@ def not_this_overlay(summary: dict[str, Any], overlay: dict[str, Any]) -> str | 
 
 
 def refusal(
-    summary: dict[str, Any], run_dir: str, overlay: dict[str, Any] | None = None
-) -> str | None:
+    summary: dict[str, Any], run_dir: str, overlay: dict[str, Any] | None = None,
+    exact: bool = True,
+) -> str | None:  # fmt: skip
     """Why `tune apply` must not apply this run (None: it may): what happened, and what
-    would confirm it. `overlay`: tuned.yaml's, as read (default: the summary's)."""
+    would confirm it. `overlay`: tuned.yaml's, as read (default: the summary's), which must
+    be exactly what the confirmation tested (`exact` False: the outcome alone is judged)."""
     status = summary.get("confirmation")
     if (status == CONFIRMED and summary.get("confirmed") is True) or status == NO_CHANGE:
+        if not exact:
+            return None
         held = summary.get("overlay") if overlay is None else overlay
         wrong = not_this_overlay(summary, held if isinstance(held, dict) else {})
         if wrong is None:
             return None
         return (
-            f"{wrong}. Nothing is applied: a confirmation counts only for the configuration "
-            f"it tested. To confirm this one: `glm5svc tune run --resume {run_dir}`"
+            f"{wrong}: nothing is applied (a confirmation counts only for the configuration "
+            f"it tested). To confirm this one: `glm5svc tune run --resume {run_dir}`"
         )
     command = summary.get("confirmation_command") or resume_command(
         run_dir, start_walls(summary.get("trials") or [])
