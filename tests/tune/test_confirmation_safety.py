@@ -17,6 +17,7 @@ from glm5svc.tune.apply import NotConfirmed, refused_by_confirmation
 from glm5svc.tune.confirmation import CONFIRMED, CUT, FAILED, NOT_RUN, of_run
 from glm5svc.tune.evidence import paired_windows, start_records_of
 from glm5svc.tune.outputs import SUMMARY_FILE, TUNED_FILE, write_outputs
+from glm5svc.tune.report import result_lines
 from glm5svc.tune.search import Search, SearchSettings
 from glm5svc.tune.space import Knob, Space
 from tests.tune.test_search import CAP, Executor
@@ -186,6 +187,8 @@ def test_a_no_effect_cap_riding_with_a_restart_gain_is_not_written(tmp_path):
     assert "its own comparison is not better" in summary["left_at_start"][0]
     tuned = (run_dir / TUNED_FILE).read_text()
     assert "Not written: max_running_requests stays at the start's 64" in tuned
+    said = [line for line in result_lines(summary) if line.startswith("not written: ")]
+    assert said == [f"not written: {summary['left_at_start'][0]}"]
     assert yaml.safe_load(tuned) == {"tuning": {"cuda_graph": False}}
 
 
