@@ -202,7 +202,12 @@ class Search:
         decided = self.study.user_attrs.get("confirmation") or {}
         self.confirmation_closed_at = int(decided.get("closed_at") or 0)
         written = _key(self.written()[0])
-        if self.best is not None and decided.get("setting") == written:
+        if "setting" in decided:
+            same = decided["setting"] == written
+        else:  # an older glm5svc's: it tested its best, as written then
+            same = self.best is not None and decided.get("best") == self.best.number
+            same = same and _key(self.best.candidate) == written
+        if same:
             if decided.get("outcome") in (CONFIRMED, NOT_CONFIRMED):
                 self.confirmation_for = written
                 self.confirmation_outcome = decided["outcome"]

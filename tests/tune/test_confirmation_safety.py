@@ -133,6 +133,24 @@ def test_tune_apply_refuses_an_overlay_its_confirmation_did_not_test(tmp_path):
     assert "does not name the configuration its confirmation tested" in str(caught.value)
 
 
+def test_a_confirmation_an_older_glm5svc_recorded_holds_for_its_own_best(tmp_path):
+    """A study whose confirmation names only its best's record (an older glm5svc): a resume
+    that finds no other best keeps it, makes no start, and names the overlay it tested, so
+    `tune apply` accepts the run the resume rewrote."""
+    run_dir = tmp_path / "run"
+    first, _ = tune(run_dir, CAP_AND_GRAPHS, GRAPHS_OFF_CAP_8, Executor(cap_then_graphs),
+                    max_trials=2)  # fmt: skip
+    decided = first.study.user_attrs["confirmation"]
+    older = {k: decided[k] for k in ("outcome", "text", "best", "gain")}
+    first.study.set_user_attr("confirmation", older)
+    again = Executor(cap_then_graphs)
+    search, summary = tune(run_dir, CAP_AND_GRAPHS, GRAPHS_OFF_CAP_8, again, max_trials=2)
+    assert again.calls == []
+    assert summary["confirmation"] == CONFIRMED
+    assert summary["confirmation_for"]["overlay"] == {"tuning": {"max_running_requests": 64}}
+    refused_by_confirmation(run_dir)
+
+
 # ----- confirming starts stay out of the screening evidence ------------------------------
 
 
