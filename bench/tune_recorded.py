@@ -38,7 +38,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from glm5svc.config import BenchmarkSection  # noqa: E402
-from glm5svc.tune.outputs import tuned_overlay  # noqa: E402
+from glm5svc.tune.outputs import overlay_for  # noqa: E402
 from glm5svc.tune.search import Search  # noqa: E402
 from glm5svc.tune.settings import SearchSettings  # noqa: E402
 from glm5svc.tune.space import Knob, Space  # noqa: E402
@@ -139,7 +139,7 @@ def one_tune(recording, cap: int, window_s: float, objective: str, seed: int,
     with tempfile.TemporaryDirectory(dir=SCRATCH) as run_dir:
         search = Search(space, {}, start, settings, Path(run_dir), engine)
         search.run()
-    changed = tuned_overlay(search.best, start).get("tuning", {})
+    changed = overlay_for(search.written()[0], start).get("tuning", {})  # as written
     confirmed = search.confirmed is True and bool(changed)
     return {
         "seed": seed,

@@ -233,12 +233,15 @@ class NotConfirmed(ConfigError):
 
 def refused_by_confirmation(run_dir: Path) -> None:
     """Raises NotConfirmed unless the run's summary says its best was confirmed (or that
-    nothing measured better than the start): what happened and what would confirm it."""
+    nothing measured better than the start) and that confirmation tested exactly the
+    overlay tuned.yaml holds: what happened and what would confirm it."""
     if not (run_dir / SUMMARY_FILE).exists() and (run_dir / STUDY_FILE).exists():
         summary: dict[str, Any] = {}  # a tune that has not finished: refused below
     else:
         summary = read_summary(run_dir)
-    why = refusal(summary, str(run_dir))
+    why = refusal(summary, str(run_dir), exact=False)
+    if why is None:  # the outcome allows it: tuned.yaml must be what was confirmed
+        why = refusal(summary, str(run_dir), read_overlay(run_dir))
     if why is not None:
         raise NotConfirmed(f"{run_dir}: {why}")
 

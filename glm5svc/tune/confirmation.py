@@ -2,14 +2,21 @@
 and `tune apply` reads it: an overlay is written, and applied, only for a confirmed best.
 
 summary.json keys: `confirmed` (true/false), `confirmation` (one of STATUSES),
-`confirmation_detail` (what the confirming start showed, or why there was none) and
-`confirmation_command` (the command that would make the confirming start, or null).
+`confirmation_detail` (what the confirming start showed, or why there was none),
+`confirmation_command` (the command that would make the confirming start, or null),
+`written_setting` (the configuration the overlay holds and the confirmation tested: the
+best, less the knobs whose own comparison is not better), `left_at_start` (why each of
+those stays at the start's value) and, once confirmed, `confirmation_for` (the overlay the
+confirmation tested and its SHA-256): a confirmation is of exactly one configuration, and
+`tune apply` refuses a tuned.yaml whose overlay is not it.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from glm5svc.tune.evidence import setting_key
@@ -35,6 +42,8 @@ class Confirmation:
     status: str
     detail: str
     command: str | None = None
+    setting: dict[str, Any] | None = None  # what the overlay holds (None: the best's)
+    left_at_start: tuple[str, ...] = field(default=())
 
     @property
     def confirmed(self) -> bool:
@@ -46,6 +55,8 @@ class Confirmation:
             "confirmation": self.status,
             "confirmation_detail": self.detail,
             "confirmation_command": self.command,
+            "written_setting": self.setting,
+            "left_at_start": list(self.left_at_start),
         }
 
 
@@ -59,22 +70,40 @@ def of_run(search: Any, run_dir: str) -> Confirmation:
 
 
 def of_search(search: Any) -> Confirmation:
+    """The verdict on the overlay a Search would write (Search.written): only a
+    confirmation of exactly that configuration counts."""
     best = search.best
     if best is None:
         return Confirmation(NO_CHANGE, "nothing was measured: there is no best")
-    if setting_key(best.candidate) == setting_key(search.start):
+    written, left = search.written()
+    key = setting_key(written)
+    found = _of_written(search, key)
+    return Confirmation(found.status, found.detail, None, written, tuple(left))
+
+
+def _of_written(search: Any, key: str) -> Confirmation:
+    if key == setting_key(search.start):
         return Confirmation(NO_CHANGE, "no setting measured better than the start")
-    outcome, said = search.confirmation_outcome, search.confirmation or ""
+    mine = search.confirmation_for == key
+    outcome = search.confirmation_outcome if mine else None
+    said = (search.confirmation or "") if mine else ""
     if outcome == SEARCH_CONFIRMED:
         return Confirmation(CONFIRMED, said or "confirmed by a fresh start")
     if outcome == SEARCH_NOT_CONFIRMED:
         if "the confirming start failed" in said:
             return Confirmation(FAILED, f"its confirming start did not measure: {said}")
         return Confirmation(FAILED, f"its gain was not reproduced by a fresh engine start: {said}")
-    why = said.partition("(")[2].removesuffix(")") or search.stopped_by or "the search ended"
-    confirming = [r for r in search.records if r.confirming and r.number > best.number]
-    if confirming and confirming[-1].status == "interrupted":
-        return Confirmation(CUT, f"its confirming start was cut: {why}")
+    why = (search.confirmation_cut_why if mine else None) or search.stopped_by
+    why = why or "the search ended"
+    made = [
+        r for r in search.records
+        if r.confirming and r.confirms == key and r.start is not None
+        and r.number >= search.confirmation_closed_at
+    ]  # fmt: skip
+    if made:
+        measured = search.confirmation_measured if mine else None
+        so_far = f"; measured so far: {measured}" if measured else ""
+        return Confirmation(CUT, f"its confirming start was cut: {why}{so_far}")
     return Confirmation(NOT_RUN, f"no confirming start was made: {why}")
 
 
@@ -82,8 +111,7 @@ def with_command(confirmation: Confirmation, run_dir: str, walls: list[float]) -
     """The command that makes the owed confirming start, for a confirmation a resume makes."""
     if confirmation.status not in RESUMABLE:
         return confirmation
-    return Confirmation(confirmation.status, confirmation.detail,
-                        resume_command(run_dir, walls))  # fmt: skip
+    return replace(confirmation, command=resume_command(run_dir, walls))
 
 
 def resume_command(run_dir: str, start_walls: list[float]) -> str:
@@ -135,12 +163,57 @@ def next_step(status: Any, command: str | None) -> str:
     return f"to confirm it: `{command}`"
 
 
-def refusal(summary: dict[str, Any], run_dir: str) -> str | None:
+def overlay_digest(overlay: dict[str, Any]) -> str:
+    """The SHA-256 of an overlay's canonical JSON (what tuned.yaml holds, as read)."""
+    text = json.dumps(overlay, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def confirmation_for(overlay: dict[str, Any]) -> dict[str, Any]:
+    """summary.json's `confirmation_for`: the overlay a confirmation tested."""
+    return {"overlay": overlay, "sha256": overlay_digest(overlay)}
+
+
+def not_this_overlay(summary: dict[str, Any], overlay: dict[str, Any]) -> str | None:
+    """Why the run's confirmation is not of `overlay` (tuned.yaml as read), or None."""
+    if summary.get("confirmation") == NO_CHANGE:
+        if not overlay:
+            return None
+        return "the tune found no change, yet tuned.yaml holds one: no confirmation tested it"
+    tested = summary.get("confirmation_for")
+    if not isinstance(tested, dict) or not isinstance(tested.get("sha256"), str):
+        return (
+            "its summary.json does not name the configuration its confirmation tested "
+            "(written by an older glm5svc)"
+        )
+    if tested["sha256"] != overlay_digest(overlay):
+        return (
+            f"tuned.yaml's overlay {json.dumps(overlay, sort_keys=True)} is not the "
+            f"configuration its confirmation tested "
+            f"({json.dumps(tested.get('overlay'), sort_keys=True)})"
+        )
+    return None
+
+
+def refusal(
+    summary: dict[str, Any], run_dir: str, overlay: dict[str, Any] | None = None,
+    exact: bool = True,
+) -> str | None:  # fmt: skip
     """Why `tune apply` must not apply this run (None: it may): what happened, and what
-    would confirm it."""
+    would confirm it. `overlay`: tuned.yaml's, as read (default: the summary's), which must
+    be exactly what the confirmation tested (`exact` False: the outcome alone is judged)."""
     status = summary.get("confirmation")
     if (status == CONFIRMED and summary.get("confirmed") is True) or status == NO_CHANGE:
-        return None
+        if not exact:
+            return None
+        held = summary.get("overlay") if overlay is None else overlay
+        wrong = not_this_overlay(summary, held if isinstance(held, dict) else {})
+        if wrong is None:
+            return None
+        return (
+            f"{wrong}: nothing is applied (a confirmation counts only for the configuration "
+            f"it tested). To confirm this one: `glm5svc tune run --resume {run_dir}`"
+        )
     command = summary.get("confirmation_command") or resume_command(
         run_dir, start_walls(summary.get("trials") or [])
     )

@@ -1,6 +1,10 @@
 """What the trials measured, as the verdicts read it: one record per setting and engine
 start, each setting's mean per start (the start model's rows), the windows two settings
-measured side by side in one start (paired), and the best's gain over the start."""
+measured side by side in one start (paired), and the best's gain over the start.
+
+The screening evidence is the screening starts' only: a confirming start's records (made
+to test the overlay afresh) are never pooled into the start model, the paired windows or
+the gain, so the confirmation stays a fresh test and the screen never reads it."""
 
 from __future__ import annotations
 
@@ -31,6 +35,7 @@ class TrialRecord:
     became_best: bool = False
     start: int | None = None  # the engine start (starts/<start>/), None: never started
     confirming: bool = False  # measured by the confirmation, outside the search's verdicts
+    confirms: str | None = None  # a confirming record's: the setting_key of what it confirms
 
     @property
     def samples(self) -> list[float]:
@@ -86,7 +91,7 @@ def start_records_of(
 
 def paired_windows(records: list[TrialRecord], candidate: dict[str, Value],
                    incumbent: dict[str, Value]) -> tuple[list[float], list[float]]:  # fmt: skip
-    """Windows of the two settings in the same round of the same start."""
+    """Windows of the two settings in the same round of the same screening start."""
     wanted = (setting_key(candidate), setting_key(incumbent))
     by_round: dict[tuple[int, int], dict[str, float]] = {}
     for record in records:

@@ -16,7 +16,7 @@ import yaml
 from glm5svc.atomic_file import write_atomic
 from glm5svc.config_yaml import read_regular_bytes
 from glm5svc.errors import ConfigError, Glm5Error
-from glm5svc.tune.confirmation import headline, next_step
+from glm5svc.tune.confirmation import confirmation_for, headline, next_step
 from glm5svc.tune.evidence import TrialRecord, gain
 from glm5svc.tune.host_figures import read_start, start_dirs
 from glm5svc.tune.search import describe_candidate
@@ -191,9 +191,12 @@ def trials_markdown(rows: list[dict], label: str = "95 %") -> str:
 
 def tuned_overlay(best: TrialRecord | None, start: dict[str, Value]) -> dict[str, Any]:
     """The configuration keys the best setting changes (tuning:, server.extra_args)."""
-    if best is None:
-        return {}
-    changed = overlay_of(best.candidate, start)
+    return overlay_for(best.candidate, start) if best is not None else {}
+
+
+def overlay_for(candidate: dict[str, Value], start: dict[str, Value]) -> dict[str, Any]:
+    """The configuration keys `candidate` changes from the start (tuning:, extra_args)."""
+    changed = overlay_of(candidate, start)
     overlay: dict[str, Any] = {}
     flags: list[str] = []
     for name, value in changed.items():
@@ -222,14 +225,18 @@ def write_outputs(
 ) -> dict[str, Any]:
     """`same_start(a, b)`: the two settings ran in the same engine starts (only the live
     knob differs), so the gain comes from paired windows. Only a confirmed best (context
-    `confirmed` True) writes its overlay; otherwise tuned.yaml says why and holds none."""
+    `confirmed` True) writes its overlay, as the confirmation tested it (context
+    `written_setting`: the best less the knobs whose own comparison is not better);
+    otherwise tuned.yaml says why and holds none."""
     confidence = settings.confidence
     rows = [trial_row(r, start, confidence, r is best) for r in records]
     together = best is not None and same_start(best.candidate, start)
     ratio = gain(records, best, start, settings, together, *([combo_key] if combo_key else []))
     changes = tuned_overlay(best, start)
+    written = context.get("written_setting")
+    written_changes = overlay_for(written, start) if isinstance(written, dict) else changes
     confirmed = context.get("confirmed") is True
-    overlay = changes if confirmed else {}
+    overlay = written_changes if confirmed else {}
     summary = {
         **context,
         "run_dir": str(run_dir),
@@ -237,7 +244,9 @@ def write_outputs(
         "starts": start_records(run_dir),
         "best": rows[best.number] if best is not None and best.number < len(rows) else None,
         "overlay": overlay,
+        "confirmation_for": confirmation_for(overlay) if confirmed else None,
         "best_changes": changes,
+        "written_changes": written_changes,
         "gain": ratio,
         "files": {},
     }
@@ -271,19 +280,23 @@ def tuned_text(run_dir: Path, summary: dict[str, Any]) -> str:
     the best."""
     status = summary.get("confirmation")
     lines = [f"glm5svc tune {run_dir.name} (trials.md has the evidence)."]
+    left = [str(line) for line in summary.get("left_at_start") or []]
     if summary.get("confirmed") is True:
         lines.append(f"The settings that measured best against the start, {headline(status)}.")
+        lines += [f"Not written: {line}" for line in left]
         lines.append(f"Apply: glm5svc tune apply {run_dir}")
     else:
         lines.append(f"Nothing to apply: {headline(status)}.")
         detail = summary.get("confirmation_detail")
         if detail and detail != headline(status):
             lines.append(str(detail))
-        if summary.get("best_changes"):
+        would = summary.get("written_changes", summary.get("best_changes"))
+        if would:
             best = summary.get("best") or {}
             named = f"trial {best.get('trial')}: {best.get('setting')}"
             lines.append(f"The best ({named}) would change:")
-            lines += ["  " + line for line in yaml.safe_dump(summary["best_changes"]).splitlines()]
+            lines += ["  " + line for line in yaml.safe_dump(would).splitlines()]
+            lines += [f"Not written: {line}" for line in left]
             step = next_step(status, summary.get("confirmation_command"))
             lines.append(step[:1].upper() + step[1:])
     body = yaml.safe_dump(summary["overlay"]) if summary["overlay"] else "{}\n"

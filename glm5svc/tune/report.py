@@ -1,7 +1,8 @@
 """The head lines of a finished tune, the same where the run ends and in `tune show`: the
-best, its gain, the confirmation, how it stopped, where its files are, and what comes next
-(apply it; or why nothing is applied, in `tune apply`'s words, and what would confirm it;
-or the resume of a stopped run)."""
+best, its gain, the confirmation, the knobs the overlay leaves at the start's value and
+why, how it stopped, where its files are, and what comes next (apply it; or why nothing
+is applied, in `tune apply`'s words, and what would confirm it; or the resume of a
+stopped run)."""
 
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ def result_lines(summary: dict[str, Any]) -> list[str]:
         lines.append(f"confirmation: {status}: {detail or headline(status)}")
     elif status:
         lines.append(f"confirmation: {status}")  # the words of an older glm5svc
+    lines += [f"not written: {line}" for line in summary.get("left_at_start") or []]
     lines += [str(line) for line in summary.get("service") or []]
     lines.append(f"stopped: {summary.get('stopped_by')}")
     run_dir = summary.get("run_dir")

@@ -147,6 +147,13 @@ class Search:
         self.confirmation_outcome: str | None = None  # CONFIRMED | NOT_CONFIRMED | CUT
         self.confirmation_gain: dict[str, Any] | None = None
         self._in_start: InStartConfirmation | None = None  # the latest start's, if any
+        # A confirmation is of one configuration: the setting_key of the overlay it tested
+        # (a new best, or the best written otherwise, owes its own), why it was cut and
+        # what it had measured, and the record from which an unfinished one continues.
+        self.confirmation_for: str | None = None
+        self.confirmation_cut_why: str | None = None
+        self.confirmation_measured: str | None = None
+        self.confirmation_closed_at = 0
         self.started = time.monotonic()
         self.deadline = self.started + settings.budget_s
         self.stopped_by: str | None = None
@@ -168,8 +175,10 @@ class Search:
     def replay(self) -> int:
         """Records of an earlier run of this study; trials it left running count as
         interrupted. A screening start that was cut (interrupted, or left running) and not
-        measured since is measured again first (`again`); a cut confirmation is made
-        again by the confirmation itself. Returns how many records were found."""
+        measured since is measured again first (`again`); a cut confirmation continues
+        from what it measured (Search._confirm). A confirmation decided before counts only
+        for the configuration it tested: a new best owes its own. Returns how many records
+        were found."""
         cut: dict[str, dict[str, Value]] = {}  # combination: the candidate, to start again
         for frozen in self.study.get_trials(deepcopy=False):
             marked = f"interrupted_{frozen.number}"
@@ -193,8 +202,16 @@ class Search:
                     cut.pop(self.combo_key(record.candidate), None)
         self.again += list(cut.values())
         decided = self.study.user_attrs.get("confirmation") or {}
-        if self.best is not None and decided.get("best") == self.best.number:
+        self.confirmation_closed_at = int(decided.get("closed_at") or 0)
+        written = _key(self.written()[0])
+        if "setting" in decided:
+            same = decided["setting"] == written
+        else:  # an older glm5svc's: it tested its best, as written then
+            same = self.best is not None and decided.get("best") == self.best.number
+            same = same and _key(self.best.candidate) == written
+        if same:
             if decided.get("outcome") in (CONFIRMED, NOT_CONFIRMED):
+                self.confirmation_for = written
                 self.confirmation_outcome = decided["outcome"]
                 self.confirmed = decided["outcome"] == CONFIRMED
                 self.confirmation, self.confirmation_gain = decided["text"], decided["gain"]
@@ -230,28 +247,71 @@ class Search:
         self.on_progress("done", {"stopped_by": self.stopped_by})
         return self.records
 
-    def confirmation_owed(self) -> bool:
-        """The best is not the start, and no confirmation has decided on it yet."""
+    def written(self) -> tuple[dict[str, Value], list[str]]:
+        """The best as its overlay is written, and why a knob it changes stays at the
+        start's value: the overlay holds only knobs whose own comparison says better. The
+        live knob (the cap) rides along with a restart promotion (a start measures every
+        cap, and the best of them is promoted); its own comparison is its value against the
+        start's, by their paired windows in the best's screening starts. A restart knob's is
+        the comparison that promoted it (the first pass changes one at a time); the cap of a
+        best of the start's combination was promoted by its own comparison."""
         best = self.best
-        if best is None or best.start is None or _key(best.candidate) == _key(self.start):
+        if best is None:
+            return dict(self.start), []
+        written = dict(best.candidate)
+        live = self.live.name if self.live is not None else None
+        if live is None or written.get(live) == self.start.get(live):
+            return written, []
+        if self.combo_key(written) == self.combo_key(self.start):
+            return written, []
+        reverted = {**written, live: self.start.get(live)}
+        mine, theirs = paired_windows(self.records, written, reverted)
+        named = f"{_short(live)}={_shown(written[live])}"
+        stays = f"{_short(live)} stays at the start's {_shown(self.start.get(live))}"
+        if not mine:
+            return reverted, [f"{stays}: {named} was never measured beside it in the best's starts"]
+        verdict = self._judge_live(mine, theirs, _key(written))
+        if verdict.kind == BETTER:
+            return written, []
+        return reverted, [
+            f"{stays}: its own comparison is not better ({named} against it in the best's "
+            f"starts: {verdict.kind}: {verdict.why})"
+        ]
+
+    def confirmation_owed(self) -> bool:
+        """The overlay as written changes the start, and no confirmation of exactly that
+        configuration has decided on it (an earlier best's confirmation is not its)."""
+        best = self.best
+        if best is None or best.start is None:
             return False
-        return self.confirmation_outcome is None or self.confirmation_outcome == CUT
+        written = _key(self.written()[0])
+        if written == _key(self.start):
+            return False
+        decided = self.confirmation_outcome in (CONFIRMED, NOT_CONFIRMED)
+        return not (decided and self.confirmation_for == written)
 
     def _confirm(self) -> None:
         """The overlay exactly as it will be written gets a fresh test before anything is
         written, with its own error rate (one comparison, spent over its looks) and the
-        minimum effect as the bar: a fresh engine started with the best's settings as
-        written (the running-request cap as a start-up setting, not the live stand-in).
-        Where the start differs from the best only by a lower cap, that start measures both
-        caps in A B B A rounds (the start's cap live, beside the overlay as written);
-        otherwise fresh starts of both as written alternate, judged by their starts alone."""
+        minimum effect as the bar. Where the start differs from the overlay only by the
+        cap, one fresh start measures both caps in A B B A rounds: started with the higher
+        one (the overlay as written when its cap is the higher; else the start as written,
+        the overlay's lower cap set live, which the engine allows within one start).
+        Otherwise fresh starts of both as written alternate, judged by their starts alone.
+        A confirmation that was cut continues from what it measured."""
+        written, _ = self.written()
+        key = _key(written)
+        if self.confirmation_for != key:  # an earlier best's confirmation is not this one's
+            self.confirmation_for = key
+            self.confirmation = self.confirmed = self.confirmation_gain = None
+            self.confirmation_outcome = None
         if not self.confirmation_owed():
             return
-        best = self.best
-        written, baseline = dict(best.candidate), dict(self.start)
+        baseline = dict(self.start)
         beside = self._confirmed_beside(written)
         self.confirmed = False
-        in_start = self._in_start.verdict_for(best) if self._in_start else None
+        self.confirmation_cut_why = self.confirmation_measured = None
+        in_start = self._in_start_verdict(written)
         if in_start is not None:
             verdict = in_start
         else:
@@ -263,47 +323,77 @@ class Search:
             return  # cut or failed: confirmation_outcome and confirmation say which
         gain = verdict.gain
         self.confirmation_gain = verdict.gain.to_dict() if gain else None
+        how = self._confirmation_how(written)
         if verdict.kind == BETTER:
             self.confirmed, self.confirmation_outcome = True, CONFIRMED
             self.confirmation = (
-                f"confirmed by a fresh test of the overlay as written: gain over the start "
+                f"confirmed by {how}: gain over the start "
                 f"{verdict.why}, above the minimum effect {self.settings.min_effect:.0%}"
             )
         else:
             self.confirmation_outcome = NOT_CONFIRMED
             self.confirmation = (
-                f"not confirmed: a fresh test of the overlay as written found {verdict.kind}: "
+                f"not confirmed: {how} found {verdict.kind}: "
                 f"{verdict.why} (the bar: a lower bound above the minimum effect "
                 f"{self.settings.min_effect:.0%})"
             )
+        self.confirmation_closed_at = len(self.records)
         self.study.set_user_attr(
             "confirmation",
             {"outcome": self.confirmation_outcome, "text": self.confirmation,
-             "best": best.number, "gain": self.confirmation_gain},
+             "best": self.best.number, "setting": key, "gain": self.confirmation_gain,
+             "closed_at": self.confirmation_closed_at},
         )  # fmt: skip
 
+    def _confirmation_how(self, written: dict[str, Value]) -> str:
+        if self._confirmed_beside(written) and self._lower_cap(written):
+            live = self.live.name
+            return (
+                f"fresh paired windows in one start (the overlay's {_short(live)} "
+                f"{_shown(written[live])} set live on an engine started as the start, with "
+                f"{_shown(self.start[live])})"
+            )
+        return "a fresh test of the overlay as written"
+
+    def _lower_cap(self, written: dict[str, Value]) -> bool:
+        live = self.live.name
+        return written[live] < self.start[live]  # type: ignore[operator]
+
     def _confirmed_beside(self, written: dict[str, Value]) -> bool:
-        """The start differs from `written` only by a lower cap: one start measures both."""
+        """The start differs from `written` only by the cap: one start measures both."""
         live, baseline = (self.live.name if self.live else None), self.start
         return (
             live is not None
             and self.combo_key(written) == self.combo_key(baseline)
             and baseline.get(live) is not None
             and written.get(live) is not None
-            and baseline[live] <= written[live]  # type: ignore[operator]
+            and baseline[live] != written[live]
         )
 
     def _confirmation_reserve(self) -> int:
         """The fewest starts the owed confirmation takes (kept back from the screen)."""
         if not self.confirmation_owed():
             return 0
-        if self._in_start is not None and self._in_start.verdict_for(self.best) is not None:
+        written = self.written()[0]
+        if self._in_start_verdict(written) is not None:
             return 0  # made in the best's own start
-        return 1 if self._confirmed_beside(self.best.candidate) else CONFIRMATION_STARTS
+        return 1 if self._confirmed_beside(written) else CONFIRMATION_STARTS
 
-    def _confirmation_cut(self, why: str) -> None:
+    def _in_start_verdict(self, written: dict[str, Value]) -> Verdict | None:
+        """The in-start confirmation's verdict on the overlay as written, if it made one."""
+        if self._in_start is None or _key(written) != _key(self.best.candidate):
+            return None
+        return self._in_start.verdict_for(self.best)
+
+    def _confirmation_cut(self, why: str, measured: str | None = None) -> None:
         self.confirmation_outcome = CUT
+        self.confirmation_cut_why = why
+        self.confirmation_measured = measured or self.confirmation_measured
         self.confirmation = f"not confirmed: the confirmation was cut ({why})"
+        if self.confirmation_measured:
+            self.confirmation += (
+                f"; measured so far: {self.confirmation_measured} (a resume continues from them)"
+            )
 
     def _room_for_a_start(self) -> bool:
         if self.should_stop():
@@ -317,75 +407,130 @@ class Search:
             return False
         return True
 
+    def _confirming(self, key: str) -> list[TrialRecord]:
+        """The records of the confirmation of `key` under way: its confirming starts since
+        the last confirmation decided."""
+        return [
+            r for r in self.records
+            if r.confirming and r.confirms == key and r.number >= self.confirmation_closed_at
+        ]  # fmt: skip
+
+    def _confirming_pairs(self, key: str, values: tuple[int, int],
+                          records: list[TrialRecord]) -> list[tuple[float, float]]:  # fmt: skip
+        """The overlay's cap and the start's, window by window in the same round of the same
+        confirming start (a cut start's windows count: they were measured)."""
+        by_round: dict[tuple[int, int], dict[int | None, float]] = {}
+        for record in records:
+            if record.status not in ("measured", "interrupted") or record.start is None:
+                continue
+            for run in record.runs:
+                by_round.setdefault((record.start, run.round), {})[run.live_value] = run.throughput
+        return [
+            (pair[values[0]], pair[values[1]])
+            for _, pair in sorted(by_round.items())
+            if values[0] in pair and values[1] in pair
+        ]
+
     def _confirm_beside(self, written: dict[str, Value], baseline: dict[str, Value]):
-        """One fresh start of the overlay as written, the start's cap beside it. The test is
-        planned: CONFIRMATION_ROUNDS x --max-repeats rounds, looked at twice, halfway and at
-        the end (a test that looked after every block spent its alpha so thinly that a
-        +10 % gain at the H200's window noise passed in 62 % of confirmations:
-        bench/tune_recorded.py)."""
-        if not self._room_for_a_start():
-            return None
+        """One fresh start, with the higher of the two caps (the overlay as written, or the
+        start as written with the overlay's lower cap set live), both caps measured. The
+        test is planned: CONFIRMATION_ROUNDS x --max-repeats pairs, looked at twice,
+        halfway and at the end (a test that looked after every block spent its alpha so
+        thinly that a +10 % gain at the H200's window noise passed in 62 % of
+        confirmations: bench/tune_recorded.py). The pairs of a cut confirming start count:
+        the next start (a resume's) goes on to the planned looks."""
         live = self.live.name
         values = (int(written[live]), int(baseline[live]))  # type: ignore[arg-type]
+        started = baseline if self._lower_cap(written) else written
+        key = _key(written)
         planned = max(2, CONFIRMATION_ROUNDS * self.settings.max_repeats)
         planned -= planned % (2 * PAIRS_PER_LOOK)  # two looks of whole A B B A blocks
         halfway = planned // 2
+        before = self._confirming_pairs(key, values, self._confirming(key))
 
-        def verdict_of(runs: list[RunFigures]) -> Verdict | None:
-            rounds: dict[int, dict[int | None, float]] = {}
-            for run in runs:
-                rounds.setdefault(run.round, {})[run.live_value] = run.throughput
-            pairs = [r for _, r in sorted(rounds.items()) if len(r) == 2]
+        def verdict_of(pairs: list[tuple[float, float]]) -> Verdict | None:
             if len(pairs) < halfway:
                 return None
             look = 1 if len(pairs) < planned else 2
             pairs = pairs[: halfway * look]
             return judge_paired(
-                [r[values[0]] for r in pairs], [r[values[1]] for r in pairs],
+                [p[0] for p in pairs], [p[1] for p in pairs],
                 min_effect=self.settings.min_effect, confidence=self.settings.confidence,
                 looks=2, look=look,
             )  # fmt: skip
 
+        def these(runs: list[RunFigures]) -> list[tuple[float, float]]:
+            rounds: dict[int, dict[int | None, float]] = {}
+            for run in runs:
+                rounds.setdefault(run.round, {})[run.live_value] = run.throughput
+            return [(r[values[0]], r[values[1]]) for _, r in sorted(rounds.items())
+                    if values[0] in r and values[1] in r]  # fmt: skip
+
         def decide(runs: list[RunFigures]) -> str:
-            done = max((r.round for r in runs), default=0) + 1
-            if self.should_stop() or done >= planned:
+            pairs = before + these(runs)
+            if self.should_stop() or len(pairs) >= planned:
                 return STOP
-            verdict = verdict_of(runs) if done == halfway else None
+            verdict = verdict_of(pairs) if len(pairs) == halfway else None
             return STOP if verdict is not None and verdict.kind != UNDECIDED else CONTINUE
 
+        self.confirmation_measured = (
+            f"{len(before)} of {planned} paired windows" if before else None
+        )
+        if not self._room_for_a_start():
+            return None
         records = self._one_start(
-            written, live=values, as_written=True, confirming=True, decide=decide,
+            started, live=values, as_written=True, confirming=True, decide=decide,
+            confirms=written,
         )  # fmt: skip
-        runs = [run for r in records if r.status == "measured" for run in r.runs]
-        verdict = verdict_of(runs) if runs else None
-        if verdict is None:
-            if any(r.status == "interrupted" for r in records) or self.should_stop():
-                self._confirmation_cut(self.stop_reason() or "stopped by a signal")
-                return None
-            if runs:  # the start ended before its first look: the trial's time ran out
-                self._confirmation_cut("the confirming start ended before its first look")
-                return None
+        pairs = before + self._confirming_pairs(key, values, records)
+        verdict = verdict_of(pairs)
+        if verdict is not None and (verdict.kind != UNDECIDED or len(pairs) >= planned):
+            return verdict
+        if any(r.status == "failed" for r in records):
             return self._confirmation_failed(records)
-        return verdict
+        stopped = self.should_stop() or any(r.status == "interrupted" for r in records)
+        why = (
+            (self.stop_reason() or "stopped by a signal") if stopped
+            else "the confirming start ended before its planned look"
+        )  # fmt: skip
+        if any(r.status in ("measured", "interrupted") for r in records):
+            self._confirmation_cut(why, f"{len(pairs)} of {planned} paired windows")
+            return None
+        return self._confirmation_failed(records)
 
     def _confirm_by_starts(self, written: dict[str, Value], baseline: dict[str, Value]):
         """Fresh starts of the start and the overlay, both as written, in A B B A order of
-        starts, up to MAX_STARTS a side, judged by these starts alone."""
-        rows: list[StartRecord] = []
+        starts, up to MAX_STARTS a side, judged by these starts alone. A start cut before
+        its --min-repeats rounds does not count; the ones measured whole before a cut do,
+        and the next start (a resume's) is the next in the order."""
+        key = _key(written)
+        rows = [
+            StartRecord(_key(r.candidate), r.start, r.mean)
+            for r in self._confirming(key) if self._whole(r)
+        ]  # fmt: skip
         verdict: Verdict | None = None
         order = [baseline, written, written, baseline] * MAX_STARTS
-        for candidate in order[: 2 * MAX_STARTS]:
+        for candidate in order[len(rows) : 2 * MAX_STARTS]:
+            self.confirmation_measured = f"{len(rows)} whole confirming start(s)" if rows else None
             if not self._room_for_a_start():
                 return None
             live = (int(candidate[self.live.name]),) if self.live else ()  # type: ignore[arg-type]
             records = self._one_start(
                 candidate, live=live, as_written=True, confirming=True,
-                decide=self._confirmation_decider(),
+                decide=self._confirmation_decider(), confirms=written,
             )  # fmt: skip
-            measured = [r for r in records if r.status == "measured" and r.mean]
-            if not measured:
-                return self._confirmation_failed(records)
-            rows.append(StartRecord(_key(candidate), measured[0].start, measured[0].mean))
+            whole = [r for r in records if self._whole(r)]
+            if not whole:
+                if not any(r.status in ("measured", "interrupted") for r in records):
+                    return self._confirmation_failed(records)
+                stopped = self.should_stop() or any(r.status == "interrupted" for r in records)
+                short = f"a confirming start ended before its {self.settings.min_repeats} rounds"
+                self._confirmation_cut(
+                    (self.stop_reason() or "stopped by a signal") if stopped else short,
+                    f"{len(rows)} whole confirming start(s)",
+                )
+                return None
+            rows.append(StartRecord(_key(candidate), whole[0].start, whole[0].mean))
             mine = sum(1 for r in rows if r.setting == _key(written))
             theirs = sum(1 for r in rows if r.setting == _key(baseline))
             if candidate is not written or not theirs:
@@ -399,6 +544,12 @@ class Search:
             if self._settled(verdict):
                 return verdict
         return verdict
+
+    def _whole(self, record: TrialRecord) -> bool:
+        """A confirming start of one setting that measured its --min-repeats rounds."""
+        rounds = {run.round for run in record.runs}
+        whole = len(rounds) >= self.settings.min_repeats
+        return record.status == "measured" and bool(record.mean) and whole
 
     def _confirmation_decider(self) -> Callable[[list[RunFigures]], str]:
         """A confirming start of one setting as written measures --min-repeats rounds."""
@@ -606,10 +757,12 @@ class Search:
     def _one_start(
         self, candidate: dict[str, Value], trial=None, *, live: tuple[int, ...] | None = None,
         as_written: bool = False, confirming: bool = False, decide=None,
+        confirms: dict[str, Value] | None = None,
     ) -> list[TrialRecord]:  # fmt: skip
         """One engine start of `candidate`, measuring `live` values (default: every value
         of the live knob, the engine started at the highest; `as_written`: started with the
-        candidate's own value). A confirming start's records stay out of the verdicts."""
+        candidate's own value). A confirming start's records (of the overlay `confirms`)
+        stay out of the verdicts and the screening evidence."""
         if trial is None:
             self.study.enqueue_trial(
                 {k: v for k, v in candidate.items() if k in self.distributions}
@@ -640,10 +793,8 @@ class Search:
         for record in records:
             record.confirming = confirming
             if confirming:
-                beside = _key(record.candidate) != _key(candidate)
-                record.verdict = "the confirmation: " + (
-                    "the start's cap beside the overlay" if beside else "the overlay as written"
-                )
+                record.confirms = _key(confirms or candidate)
+                record.verdict = "the confirmation: " + _role(record, candidate, confirms)
         if not confirming:
             records += self._split_in_start_confirmation(records, start)
         self.records += records  # the verdicts' model includes this start
@@ -740,6 +891,7 @@ class Search:
             extra = TrialRecord(
                 len(self.records) + len(records) + len(moved), dict(record.candidate),
                 record.status, {**record.outcome, "runs": fresh}, start=start, confirming=True,
+                confirms=_key(confirming.candidate),
             )  # fmt: skip
             extra.verdict = "the confirmation: fresh pairs in the overlay's own start"
             moved.append(extra)
@@ -988,6 +1140,18 @@ class Search:
             if record not in self.rewritten:
                 self.on_progress("trial-end", {"record": record})
         self.rewritten = []
+
+
+def _role(record: TrialRecord, started: dict[str, Value],
+          confirms: dict[str, Value] | None) -> str:  # fmt: skip
+    """What a confirming record measured: the overlay or the start, as written or live."""
+    overlay = _key(record.candidate) == _key(confirms or started)
+    as_started = _key(record.candidate) == _key(started)
+    if overlay:
+        return "the overlay as written" if as_started else "the overlay's cap, set live"
+    if as_started:
+        return "the start as written"
+    return "the start's cap beside the overlay"
 
 
 def _in_space(space: Space, name: str) -> bool:

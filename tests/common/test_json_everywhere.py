@@ -29,6 +29,7 @@ from glm5svc.cli import build_parser, json_commands, main
 from glm5svc.json_output import schema_name
 from glm5svc.night.report import REPORT_SCHEMA, report_document
 from glm5svc.night.state import NightState
+from glm5svc.tune.confirmation import confirmation_for
 from testkit.engine import free_port
 from tests.support.fake_bench_serving import fake_python
 
@@ -138,7 +139,8 @@ class Env:
         if not older:
             summary = json.loads((target / "summary.json").read_text())
             summary.update(confirmed=True, confirmation="confirmed",
-                           confirmation_detail="confirmed by a fresh start")  # fmt: skip
+                           confirmation_detail="confirmed by a fresh start",
+                           confirmation_for=confirmation_for(summary["overlay"]))  # fmt: skip
             (target / "summary.json").write_text(json.dumps(summary))
         return str(target)
 

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from glm5svc.config_yaml import parse_yaml
 from glm5svc.errors import Glm5Error
 from glm5svc.tune.apply import apply_tune, read_overlay
+from glm5svc.tune.confirmation import confirmation_for
 from glm5svc.tune.outputs import read_summary
 from glm5svc.tune.session import read_study
 
@@ -59,7 +60,14 @@ def test_any_overlay_is_applied_exactly_or_refused(overlay):
         run = folder / "run"
         run.mkdir()
         (run / "tuned.yaml").write_text(yaml.safe_dump(overlay))
-        (run / "summary.json").write_text('{"confirmed": true, "confirmation": "confirmed"}')
+        try:  # confirmed: the overlay as tuned.yaml gives it is what was tested
+            tested = read_overlay(run)
+        except Glm5Error:
+            tested = {}
+        (run / "summary.json").write_text(json.dumps(
+            {"confirmed": True, "confirmation": "confirmed",
+             "confirmation_for": confirmation_for(tested)}
+        ))  # fmt: skip
         config = folder / "glm5.yaml"
         config.write_text(CONFIG)
         try:

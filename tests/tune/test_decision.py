@@ -94,16 +94,19 @@ def test_paired_windows_cancel_a_drift_within_the_start():
     assert verdict.gain.estimate == pytest.approx(0.05, abs=0.002)
 
 
-def test_paired_is_looked_at_from_the_first_pair():
+def test_paired_is_looked_at_after_one_two_four_pairs():
     # No spread is known from one pair alone: without a prior it waits.
     assert judge_paired([1.0], [1.0], min_effect=0.03).kind == UNDECIDED
     # With the machine's pair spread known, a 2x effect is called on its first pair.
     noise = PairNoise(prior=0.05, weight=4)
     first = judge_paired([200], [100], min_effect=0.03, noise=noise)
     assert first.kind == BETTER and "look 1" in first.why
-    # Every pair counts, a half block included.
+    # Looks after 1, 2, 4, ... pairs: three pairs are read as the second look's two.
     three = judge_paired([120, 121, 50], [100, 100, 100], min_effect=0.03, noise=noise)
-    assert three.gain.n_candidate == 3 and "look 3" in three.why
+    two = judge_paired([120, 121], [100, 100], min_effect=0.03, noise=noise)
+    assert three.gain == two.gain and "look 2" in three.why
+    four = judge_paired([120, 121, 50, 60], [100] * 4, min_effect=0.03, noise=noise)
+    assert four.gain.n_candidate == 4 and "look 3" in four.why
 
 
 def test_a_prior_yields_to_the_machine_s_wider_pairs():
@@ -124,7 +127,7 @@ def test_a_clearly_worse_candidate_is_worse():
 
 
 def test_each_look_spends_less_so_that_the_same_gap_is_wider_later():
-    """The confidence sequence: the same pairs read at look 4 give a wider interval than
+    """The confidence sequence: the same pairs read at look 3 give a wider interval than
     a fixed-sample interval would at that size (1 / (k H_K) of alpha at look k of K)."""
     pairs = [110, 104, 112, 103], [100, 100, 100, 100]
     verdict = judge_paired(*pairs, min_effect=0.03)
@@ -132,19 +135,20 @@ def test_each_look_spends_less_so_that_the_same_gap_is_wider_later():
     mean = sum(logs) / 4
     se = math.sqrt(sum((x - mean) ** 2 for x in logs) / 3 / 4)
     fixed_low = math.expm1(mean - t_quantile(0.95, 3) * se)
-    harmonic = sum(1 / k for k in range(1, MAX_LOOKS + 1))
-    spent_low = math.expm1(mean - t_quantile(1 - 0.05 / (4 * harmonic), 3) * se)
+    # Four pairs are the third look (after 1, 2 and 4 pairs) of those MAX_LOOKS pairs allow.
+    looks = MAX_LOOKS.bit_length()
+    harmonic = sum(1 / k for k in range(1, looks + 1))
+    spent_low = math.expm1(mean - t_quantile(1 - 0.05 / (3 * harmonic), 3) * se)
     assert verdict.gain.low == pytest.approx(spent_low)
     assert verdict.gain.low < fixed_low
 
 
 def test_a_large_live_effect_is_decided_within_four_pairs():
     # The H200's cap 64 against 1024: pair ratios 1.48-1.96 (tuning facts), at the
-    # search's prior pair spread; without a prior four pairs are three dof, too few.
+    # search's prior pair spread.
     pairs = [1.48 * 100, 1.96 * 100, 1.7 * 100, 1.6 * 100], [100] * 4
     verdict = judge_paired(*pairs, min_effect=0.03, comparisons=2, noise=PairNoise())
     assert verdict.kind == BETTER
-    assert judge_paired(*pairs, min_effect=0.03, comparisons=2).kind == UNDECIDED
 
 
 def test_a_start_s_live_values_are_one_replicate_of_its_restart_settings():

@@ -17,6 +17,7 @@ from glm5svc.cli import main
 from glm5svc.config_yaml import parse_yaml
 from glm5svc.errors import EXIT_CONFIG, ConfigError
 from glm5svc.tune.apply import apply_tune, edited_text, read_overlay
+from glm5svc.tune.confirmation import confirmation_for
 from glm5svc.tune.outputs import checked_summary as read_summary
 from glm5svc.tune.session import read_study
 from tests.corpus.test_corpus import fill
@@ -33,7 +34,15 @@ tuning:
 """
 
 
-CONFIRMED = json.dumps({"confirmed": True, "confirmation": "confirmed"})
+def confirmed(overlay: str) -> str:
+    """summary.json of a run whose confirmation tested `overlay` (tuned.yaml's text)."""
+    try:
+        tested = yaml.safe_load(overlay)
+    except yaml.YAMLError:
+        tested = None
+    tested = tested if isinstance(tested, dict) else {}
+    summary = {"confirmed": True, "confirmation": "confirmed"}
+    return json.dumps({**summary, "confirmation_for": confirmation_for(tested)})
 
 
 def run_dir(tmp_path: Path, overlay: str) -> Path:
@@ -41,7 +50,7 @@ def run_dir(tmp_path: Path, overlay: str) -> Path:
     folder.mkdir(exist_ok=True)
     (folder / "tuned.yaml").write_text(overlay)
     # Confirmed, measured nowhere known: applied with force.
-    (folder / "summary.json").write_text(CONFIRMED)
+    (folder / "summary.json").write_text(confirmed(overlay))
     return folder
 
 
@@ -213,6 +222,15 @@ RESUME = "glm5svc tune run --resume {run} --budget 3m"
                       "wall_s": 100.0}]},
          ["records no confirmation", "--budget 7m"]),
         ({}, ["records no confirmation", "--budget 1h"]),
+        # Confirmed, but not this overlay (an earlier best's confirmation), or not saying
+        # which configuration it tested (an older glm5svc): a resume confirms this one.
+        ({"confirmed": True, "confirmation": "confirmed",
+          "confirmation_for": confirmation_for({"tuning": {"max_running_requests": 8}})},
+         ["is not the configuration its confirmation tested",
+          "To confirm this one: `glm5svc tune run --resume {run}`"]),
+        ({"confirmed": True, "confirmation": "confirmed"},
+         ["does not name the configuration its confirmation tested",
+          "`glm5svc tune run --resume {run}`"]),
     ],
 )  # fmt: skip
 def test_apply_refuses_a_best_not_confirmed_saying_what_happened(tmp_path, capsys, summary, said):

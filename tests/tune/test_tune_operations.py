@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from glm5svc.tune.confirmation import confirmation_for
 from glm5svc.tune.decision import FUTILE_AFTER
 from glm5svc.tune.estimate import CONFIRMATION_STARTS
 from tests.tune.conftest import write_space, write_tune_config
@@ -243,7 +244,8 @@ def test_apply_refuses_a_tune_measured_elsewhere_unless_forced(tmp_path):
     elsewhere = {"gpu_count": 1, "gpu_name": "cpu test engine", "model_path": "/m",
                  "model_architecture": "Qwen3Moe", "sglang_version": "0.5.11"}  # fmt: skip
     (run_dir / "summary.json").write_text(json.dumps(
-        {"facts": {"identity": elsewhere}, "confirmed": True, "confirmation": "confirmed"}
+        {"facts": {"identity": elsewhere}, "confirmed": True, "confirmation": "confirmed",
+         "confirmation_for": confirmation_for({"tuning": {"max_running_requests": 64}})}
     ))  # fmt: skip
     refused = glm5svc(config, "tune", "apply", str(run_dir), "--no-restart", "--json")
     assert refused.returncode == 78, refused.stderr
