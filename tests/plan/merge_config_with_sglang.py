@@ -11,6 +11,7 @@ import json
 import sys
 
 from sglang.srt.server_args import ServerArgs
+
 try:  # moved under sglang.srt.utils in 0.5.19
     from sglang.srt.server_args_config_parser import ConfigArgumentMerger
 except ImportError:
