@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from packaging.version import Version
 
+from glm5svc.errors import ConfigError
 from glm5svc.gpus import GpuFacts
 from glm5svc.model_info import ModelFacts
 
@@ -56,6 +57,10 @@ SMALL_CARD_MIB = 100 * 1024  # 96 GB cards (RTX PRO 6000: 97,887 MiB) and smalle
 FLASHINFER_ATTENTION_FIX = (
     "tuning.attention_backend: flashinfer (dense MLA, the reference deployment's path)"
 )
+
+
+class EngineLimitError(ConfigError):
+    """The launch would start an engine that cannot run on these GPUs (exit 78)."""
 
 
 @dataclass(frozen=True)
@@ -162,6 +167,15 @@ def _sparse_backend_problems(setup: Setup) -> list[str]:
             found.append(
                 f"{how} on {card}: the TRT-LLM-gen sparse MLA kernels are not built for "
                 f"SM120 ('TllmGenFmhaRunner: Unsupported architecture'). Fix: {fix}"
+            )
+        elif backend == SPARSE_MLA and not allowed:
+            found.append(
+                f"{how} on {card}: sglang's {SPARSE_MLA} runs only GLM's DSA "
+                f"({', '.join(GLM_DSA_ARCHITECTURES)}) with an FP8 KV cache on SM120, from "
+                f"sglang {SPARSE_MLA_SINCE}; this is {setup.model.architecture}, "
+                f"{'FP8' if setup.fp8_kv else 'a ' + str(setup.flags.get('--kv-cache-dtype'))} "
+                f"KV, sglang {setup.sglang_version}. Fix: an FP8 KV cache (leave "
+                "--kv-cache-dtype out), or " + FLASHINFER_ATTENTION_FIX
             )
         elif allowed and backend is not None and backend not in allowed:
             found.append(

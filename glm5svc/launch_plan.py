@@ -27,7 +27,13 @@ from glm5svc.config import (
     secrets_file_text,
 )
 from glm5svc.config_yaml import parse_yaml, read_config_bytes
-from glm5svc.engine_limits import GRAPH_CEILING_SAFE, Setup, needs_graph_cap, problems
+from glm5svc.engine_limits import (
+    GRAPH_CEILING_SAFE,
+    EngineLimitError,
+    Setup,
+    needs_graph_cap,
+    problems,
+)
 from glm5svc.errors import ConfigError
 from glm5svc.facts import HostFacts
 from glm5svc.gpus import GpuFacts, detect_gpus, parse_compute_capability
@@ -233,7 +239,7 @@ def _engine_limits(plan: LaunchPlan) -> None:
     runs out of memory."""
     setup = Setup({e.name: e.value for e in plan.flags}, plan.sglang.version, plan.gpus, plan.model)
     if found := problems(setup):
-        raise ConfigError(
+        raise EngineLimitError(
             f"this launch cannot run on {setup.card} with sglang {plan.sglang.version}; "
             "nothing was started",
             problems=found,
