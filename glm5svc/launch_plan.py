@@ -245,13 +245,16 @@ def _engine_limits(plan: LaunchPlan) -> None:
             problems=found,
         )
     if needs_graph_cap(setup):
+        running = plan.flag_value("--max-running-requests")
+        ceiling = min(GRAPH_CEILING_SAFE, int(running)) if running else GRAPH_CEILING_SAFE
         plan.entries.append(
             _flag(
                 flag_name("decode_graph_ceiling", plan.sglang.version),
-                GRAPH_CEILING_SAFE,
-                "decode CUDA graphs up to 256 requests: sglang's own ceiling on 96 GB cards at "
-                "tensor parallel 4 and up is 512, which ran out of memory at capture for GLM's "
-                "DSA on 8x RTX PRO 6000 (256 fitted); larger batches run without a graph",
+                ceiling,
+                f"decode CUDA graphs up to {ceiling} requests (at most 256, at most the "
+                "running-request cap): sglang's own ceiling on 96 GB cards at tensor parallel "
+                "4 and up is 512, which ran out of memory at capture for GLM's DSA on 8x RTX "
+                "PRO 6000 (256 fitted); larger batches run without a graph",
                 scope=f"SM120 DSA models, sglang {plan.sglang.version}",
             )
         )

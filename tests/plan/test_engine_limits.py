@@ -149,6 +149,8 @@ def test_with_graphs_on_the_plan_caps_the_decode_graphs_at_256(glm5, stack, flag
     assert capped.flag_values(flag) == ["256"]
     assert "ran out of memory at capture" in next(e.reason for e in capped.flags if e.name == flag)
     assert plan(glm5, stack=stack).flag_value(flag) is None  # graphs off: nothing to cap
+    few = plan(glm5, stack=stack, tuning={"cuda_graph": True, "max_running_requests": 64})
+    assert few.flag_values(flag) == ["64"]  # no graph for batches that never run
     h200 = GpuFacts(8, (9, 0), "590", ["NVIDIA H200"] * 8, "nvml", memory_mib=143_771)
     assert plan(glm5, stack=stack, tuning={"cuda_graph": True}, gpus=h200).flag_value(flag) is None
 
