@@ -35,6 +35,7 @@ from glm5svc.model_info import ModelFacts
 
 # The DSA attention backend's names; unset, sglang picks it for a DSA model.
 DSA_ATTENTION = {"dsa", "nsa"}
+DSA_NAMES_SINCE = Version("0.5.13")  # --dsa-* (--nsa-* before; sglang_flags.FLAG_HISTORY)
 DECODE_FLAGS = ("--dsa-decode-backend", "--nsa-decode-backend")
 PREFILL_FLAGS = ("--dsa-prefill-backend", "--nsa-prefill-backend")
 # The architectures sglang's SM120 sparse MLA path takes (flash_mla_sm120.py).
@@ -153,17 +154,19 @@ def _sparse_backend_problems(setup: Setup) -> list[str]:
     for phase, names in (("decode", DECODE_FLAGS), ("prefill", PREFILL_FLAGS)):
         given = setup.value(*names)
         backend = given[1] if given else sglang_backend(setup, phase)
-        flag = given[0] if given else names[0] if setup.version >= Version("0.5.13") else names[1]
+        flag = given[0] if given else names[0] if setup.version >= DSA_NAMES_SINCE else names[1]
         how = f"{flag} {backend}" if given else f"{flag} unset (sglang picks {backend})"
         allowed = _allowed(setup, phase)
         if backend == "trtllm":
-            fix = (
-                f"set {flag} {SPARSE_MLA} (tuning.nsa_{phase}_backend), or "
-                f"{FLASHINFER_ATTENTION_FIX}"
-                if allowed
-                else f"server.profile: {CURRENT_PROFILE} ({SPARSE_MLA}), or "
-                f"{FLASHINFER_ATTENTION_FIX}"
-            )
+            if allowed:
+                fix = f"set {flag} {SPARSE_MLA} (tuning.nsa_{phase}_backend)"
+            elif setup.glm and setup.version >= SPARSE_MLA_SINCE:
+                fix = f"an FP8 KV cache (leave --kv-cache-dtype out) with {flag} {SPARSE_MLA}"
+            elif setup.glm:
+                fix = f"server.profile: {CURRENT_PROFILE} ({SPARSE_MLA})"
+            else:
+                fix = "no other DSA backend is known to run there"
+            fix += f", or {FLASHINFER_ATTENTION_FIX}"
             found.append(
                 f"{how} on {card}: the TRT-LLM-gen sparse MLA kernels are not built for "
                 f"SM120 ('TllmGenFmhaRunner: Unsupported architecture'). Fix: {fix}"

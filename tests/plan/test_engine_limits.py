@@ -74,7 +74,9 @@ def test_the_trtllm_sglang_picks_itself_is_refused_too(glm5):
     config = config_from_mapping({**data, "gpus": {"target": "sm100"}})
     with pytest.raises(EngineLimitError) as excinfo:
         build_launch_plan(config, gpus=SM120_96GB, sglang=SglangVersion("0.5.23", True, "t"))
-    assert "--dsa-decode-backend unset (sglang picks trtllm)" in excinfo.value.render()
+    text = excinfo.value.render()
+    assert "--dsa-decode-backend unset (sglang picks trtllm)" in text
+    assert "Fix: an FP8 KV cache (leave --kv-cache-dtype out)" in text
 
 
 def test_sparse_mla_without_an_fp8_kv_cache_is_refused(glm5):
