@@ -32,6 +32,7 @@ NIGHT_BUDGET_S = 8 * 3600.0
 # The tune's own default (WorkloadOptions.concurrency; tests/night checks they agree).
 DEFAULT_CONCURRENCY = 256
 DEFAULT_WINDOWS = 3
+DEFAULT_VERDICT_STARTS = 1
 
 
 def register(subparsers):
@@ -98,6 +99,15 @@ def _night_options(parser) -> None:
         default=DEFAULT_WINDOWS,
         range=Range(2, False, 100),
         help="steady windows of each bench (evening, morning): the interval's replicates",
+    )
+    add_number(
+        parser,
+        "--verdict-starts",
+        kind=int,
+        default=DEFAULT_VERDICT_STARTS,
+        range=Range(1, False, 20),
+        help="engine starts of each side (evening, morning), each benched: the morning "
+        "verdict's replicates (the start-to-start spread is most of the noise)",
     )
     workload = parser.add_argument_group("the workload the tune and both benches use")
     add_number(
@@ -170,6 +180,7 @@ def _plan(args):
             args.windows,
             args.budget_s,
             Path(scratch),
+            args.verdict_starts,
         )
     return config, config_path, workload, plan
 

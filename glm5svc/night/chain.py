@@ -1,15 +1,20 @@
 """The night on the box, step by step (state.STEPS), each step resumable and idempotent.
 
 evening   the configuration as it serves, kept byte for byte (evening.yaml); glm5.service up
-baseline  `glm5svc bench` on the tune's workload: the evening's windows
+baseline  `glm5svc bench` on the tune's workload, on fresh engine starts of the evening's
+          configuration (plan `verdict_starts` of them, glm5.service restarted before each
+          unless the evening step just started it): the evening's starts and windows
 tune      `glm5svc tune run --take-over` (or `--resume` its folder), within what the budget
           leaves after the morning's steps; glm5.service is started again after it whatever
           happened to the tune
 apply     `glm5svc tune apply` only a confirmed overlay (it restarts glm5.service)
-morning   the same bench against the tuned service
-compare   morning against evening with an interval (compare.py)
+morning   the same bench against the tuned service, as many starts (the apply's restart
+          the first)
+compare   morning against evening over their starts, at the tune's start-to-start spread,
+          with a non-inferiority margin (compare.py)
 rollback  the evening's configuration back and glm5.service restarted on it: when the
-          morning is worse beyond the noise or does not come up, and after any failure or
+          morning is worse beyond the noise or not shown within the margin, or does not
+          come up, and after any failure or
           stop (then the night's outcome says failed or stopped)
 report    report.md and report.json in the night's folder, the last night's record
 
@@ -20,6 +25,7 @@ file: the step that was running runs again, the tune with `--resume`.
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -33,7 +39,7 @@ from glm5svc.config import Config
 from glm5svc.errors import Glm5Error
 from glm5svc.night import units
 from glm5svc.night.children import Finished, Stopped, glm5svc_argv, run_child
-from glm5svc.night.compare import compare_mornings
+from glm5svc.night.compare import Spread, compare_mornings
 from glm5svc.night.fleet_turn import FleetTurn
 from glm5svc.night.report import write_report
 from glm5svc.night.serving import wait_serving
@@ -42,6 +48,7 @@ from glm5svc.night.state import NightState, current_night, set_current
 EXIT_CONFIG = 78  # tune apply refused the overlay (not confirmed, measured elsewhere)
 RESTART_GUESS_S = 120.0  # a start of glm5.service before one is measured
 MARGIN_S = 60.0
+NOT_WITHIN_WHY = "not shown within the margin of the evening"
 
 
 class StepFailed(Glm5Error):
@@ -116,8 +123,9 @@ class Night:
             self._decide("rolled_back", f"the tuned service did not come up: {morning['why']}")
             return
         verdict = self._once("compare", self.compare)
-        if verdict["verdict"] == "worse":
-            self._decide("rolled_back", f"the morning is worse beyond the noise: {verdict['text']}")
+        if verdict["rollback"]:
+            why = "worse beyond the noise" if verdict["verdict"] == "worse" else NOT_WITHIN_WHY
+            self._decide("rolled_back", f"the morning is {why}: {verdict['text']}")
         else:
             self._decide("tuned", f"the confirmed overlay serves: {verdict['text']}")
 
@@ -156,7 +164,10 @@ class Night:
         return {"detail": detail, "start_s": start_s}
 
     def baseline(self) -> dict[str, Any]:
-        return self._bench("evening")
+        # The morning's starts are fresh; so are the evening's (an engine up for days is
+        # not what the morning measures): restarted unless the evening step started it.
+        fresh = self.state.data("evening").get("start_s") is not None
+        return self._bench_starts("baseline", "evening", restart_first=not fresh)
 
     def tune(self) -> dict[str, Any]:
         state = self.state
@@ -253,12 +264,13 @@ class Night:
         if why:
             return {"detail": f"glm5.service does not serve: {why}", "serving": False, "why": why}
         self.turn.back_in_rotation(self.stop)
-        return {**self._bench("morning"), "serving": True}
+        measured = self._bench_starts("morning", "morning", restart_first=False)
+        return {**measured, "serving": True}
 
     def compare(self) -> dict[str, Any]:
-        evening = self.state.data("baseline")["throughputs"]
-        morning = self.state.data("morning")["throughputs"]
-        comparison = compare_mornings(evening, morning).to_dict()
+        evening, morning = (starts_of(self.state.data(step)) for step in ("baseline", "morning"))
+        spread = tune_spread(self.state.tune_dir)
+        comparison = compare_mornings(evening, morning, spread).to_dict()
         return {"detail": comparison["text"], **comparison}
 
     def rollback(self) -> dict[str, Any]:
@@ -299,6 +311,39 @@ class Night:
         return {"detail": f"wrote {write_report(self.state, self.config)}"}
 
     # ----- helpers ------------------------------------------------------------------
+
+    def _bench_starts(self, step: str, side: str, restart_first: bool) -> dict[str, Any]:
+        """`verdict_starts` engine starts of `side`, each benched: a start measured before
+        an interruption is kept (the step's data holds it), the next one restarted."""
+        wanted = int(self.state.plan.get("verdict_starts") or 1)
+        data = self.state.data(step)
+        starts: list[list[float]] = data.setdefault("starts", [])
+        began = time.monotonic()
+        while len(starts) < wanted:
+            if starts or restart_first:
+                self._restart_for_bench(side)
+            starts.append(self._bench(side)["throughputs"])
+            self.state.save()  # a start measured is kept through a kill
+        windows = [v for s in starts for v in s]
+        wall_s = round(time.monotonic() - began + float(data.get("wall_s") or 0), 1)
+        means = ", ".join(f"{sum(s) / len(s):,.1f}" for s in starts)
+        return {
+            "detail": f"{side}: {len(starts)} start(s) of {len(starts[0])} windows, means "
+            f"{means} tok/s ({wall_s:.0f} s)",
+            "throughputs": windows,
+            "starts": starts,
+            "wall_s": wall_s,
+        }
+
+    def _restart_for_bench(self, side: str) -> None:
+        """A fresh start of glm5.service on the configuration it has, serving before the
+        bench; the fleet's turn taken as for any restart."""
+        self.turn.wait_for_turn(self.stop)
+        units.act("restart")
+        why = wait_serving(self.config, self.stop)
+        if why:
+            raise StepFailed(f"glm5.service does not serve after the {side}'s restart: {why}")
+        self.turn.back_in_rotation(self.stop)
 
     def _bench(self, side: str) -> dict[str, Any]:
         began = time.monotonic()
@@ -353,6 +398,22 @@ def workload_args(workload: dict[str, Any], tune: bool) -> list[str]:
         if workload.get(key):
             args += [flag, str(workload[key])]
     return args
+
+
+def starts_of(data: dict[str, Any]) -> list[list[float]]:
+    """A bench step's starts, each its windows (a state written before the starts were
+    kept: its windows, one start)."""
+    return data.get("starts") or [data["throughputs"]]
+
+
+def tune_spread(tune_dir: Path) -> Spread:
+    """The start-to-start spread the tune's starts showed (its summary.json), else the
+    prior."""
+    try:
+        summary = json.loads((tune_dir / "summary.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return Spread.prior()
+    return Spread.of_tune(summary) if isinstance(summary, dict) else Spread.prior()
 
 
 def bench_windows(done: Finished) -> list[float]:
