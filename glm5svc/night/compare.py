@@ -84,7 +84,14 @@ class Spread:
                 prior, PRIOR_WEIGHT, f"the tune's prior {share(prior, 1)} (no start measured)"
             )
         model = StartModel.fit(starts, prior=prior)
-        return cls(model.sigma, model.dof, f"the tune's: {model.describe_spread()}")
+        if model.observed is None:
+            source = "the tune's prior (no setting of the tune started twice)"
+        else:
+            source = (
+                f"the tune's starts ({share(model.observed, 1)} over {model.replicated} degree(s) "
+                f"of freedom, with its prior {share(prior, 1)})"
+            )
+        return cls(model.sigma, model.dof, source)
 
     def to_dict(self) -> dict[str, Any]:
         return {"sigma": self.sigma, "dof": self.dof, "source": self.source}
@@ -145,22 +152,21 @@ class Comparison:
         return self.rollback
 
     def capability(self) -> str:
-        margin = f"{share(self.margin)}"
-        rates = (
-            f"an unchanged engine rolled back in at most {share(FALSE_ROLLBACK)} of nights, "
-            f"a {margin} regression kept in at most {share(MISS)}"
-        )
+        margin = share(self.margin)
         if self.holds:
-            return f"this interval holds both rates ({rates})"
+            return (
+                f"this interval holds both rates (an unchanged engine rolled back in at most "
+                f"{share(FALSE_ROLLBACK)} of nights, a {margin} regression kept in at most "
+                f"{share(MISS)})"
+            )
         more = (
             f"{self.needed} starts a side would"
             if self.needed
-            else f"not even {MOST_STARTS} starts a side would"
+            else (f"not even {MOST_STARTS} starts a side would")
         )
         return (
-            f"this interval cannot hold both rates ({rates}; {more}): the safe side is kept, "
-            f"the evening unless the morning is shown within {margin}, and an unchanged "
-            f"engine is rolled back more often than {share(FALSE_ROLLBACK)}"
+            f"this interval cannot hold both rates ({more}): the safe side, the evening unless "
+            f"the morning is shown within {margin}"
         )
 
     def text(self) -> str:

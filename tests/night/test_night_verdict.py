@@ -105,7 +105,9 @@ def test_the_spread_comes_from_the_tunes_starts_shrunk_towards_its_prior(tmp_pat
     rows.append({"setting": "c", "start": 9, "status": "failed", "throughput_mean": None})
     spread = Spread.of_tune({"settings": {"start_spread_prior": 0.15}, "trials": rows})
     assert 0.01 < spread.sigma < PRIOR_START_SPREAD and spread.dof > 4
-    assert "the starts' own" in spread.source
+    assert (
+        "tune's starts (0.5 % over 3 degree(s) of freedom, with its prior 15.0 %)" in spread.source
+    )
     assert Spread.of_tune({"trials": []}).sigma == PRIOR_START_SPREAD
     assert tune_spread(tmp_path) == Spread.prior()  # no summary.json: the prior
     (tmp_path / "summary.json").write_text("[1]")
