@@ -25,7 +25,6 @@ file: the step that was running runs again, the tune with `--resume`.
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 import time
@@ -38,9 +37,10 @@ from glm5svc.atomic_file import write_atomic
 from glm5svc.config import Config
 from glm5svc.errors import Glm5Error
 from glm5svc.night import units
-from glm5svc.night.children import Finished, Stopped, glm5svc_argv, run_child
-from glm5svc.night.compare import Spread, compare_mornings
+from glm5svc.night.children import Stopped, glm5svc_argv, run_child
+from glm5svc.night.compare import compare_mornings
 from glm5svc.night.fleet_turn import FleetTurn
+from glm5svc.night.measure import Benches, starts_of, tune_spread, workload_args
 from glm5svc.night.report import write_report
 from glm5svc.night.serving import wait_serving
 from glm5svc.night.state import NightState, current_night, set_current
@@ -68,6 +68,7 @@ class Night:
         self.stop = stop
         self.log = log
         self.turn = FleetTurn(config, state, log)
+        self.benches = Benches(state, config, stop, self.turn)
 
     # ----- the chain ----------------------------------------------------------------
 
@@ -167,7 +168,7 @@ class Night:
         # The morning's starts are fresh; so are the evening's (an engine up for days is
         # not what the morning measures): restarted unless the evening step started it.
         fresh = self.state.data("evening").get("start_s") is not None
-        return self._bench_starts("baseline", "evening", restart_first=not fresh)
+        return self.benches.starts("baseline", "evening", restart_first=not fresh)
 
     def tune(self) -> dict[str, Any]:
         state = self.state
@@ -264,7 +265,7 @@ class Night:
         if why:
             return {"detail": f"glm5.service does not serve: {why}", "serving": False, "why": why}
         self.turn.back_in_rotation(self.stop)
-        measured = self._bench_starts("morning", "morning", restart_first=False)
+        measured = self.benches.starts("morning", "morning", restart_first=False)
         return {**measured, "serving": True}
 
     def compare(self) -> dict[str, Any]:
@@ -312,70 +313,6 @@ class Night:
 
     # ----- helpers ------------------------------------------------------------------
 
-    def _bench_starts(self, step: str, side: str, restart_first: bool) -> dict[str, Any]:
-        """`verdict_starts` engine starts of `side`, each benched: a start measured before
-        an interruption is kept (the step's data holds it), the next one restarted."""
-        wanted = int(self.state.plan.get("verdict_starts") or 1)
-        data = self.state.data(step)
-        starts: list[list[float]] = data.setdefault("starts", [])
-        began = time.monotonic()
-        while len(starts) < wanted:
-            if starts or restart_first:
-                self._restart_for_bench(side)
-            starts.append(self._bench(side)["throughputs"])
-            self.state.save()  # a start measured is kept through a kill
-        windows = [v for s in starts for v in s]
-        wall_s = round(time.monotonic() - began + float(data.get("wall_s") or 0), 1)
-        means = ", ".join(f"{sum(s) / len(s):,.1f}" for s in starts)
-        return {
-            "detail": f"{side}: {len(starts)} start(s) of {len(starts[0])} windows, means "
-            f"{means} tok/s ({wall_s:.0f} s)",
-            "throughputs": windows,
-            "starts": starts,
-            "wall_s": wall_s,
-        }
-
-    def _restart_for_bench(self, side: str) -> None:
-        """A fresh start of glm5.service on the configuration it has, serving before the
-        bench; the fleet's turn taken as for any restart."""
-        self.turn.wait_for_turn(self.stop)
-        units.act("restart")
-        why = wait_serving(self.config, self.stop)
-        if why:
-            raise StepFailed(f"glm5.service does not serve after the {side}'s restart: {why}")
-        self.turn.back_in_rotation(self.stop)
-
-    def _bench(self, side: str) -> dict[str, Any]:
-        began = time.monotonic()
-        argv = glm5svc_argv(
-            self.state.config_path,
-            "bench",
-            *workload_args(self.state.workload, tune=False),
-            "--windows",
-            str(self.state.windows),
-            "--baseline",
-            "none",
-            "--results-dir",
-            str(self.state.night_dir / side),
-            "--json",
-        )
-        done = run_child(argv, f"bench-{side}", self.state.night_dir, self.stop)
-        throughputs = bench_windows(done)
-        if len(throughputs) < 2:
-            raise StepFailed(
-                f"the {side} bench gave {len(throughputs)} window(s), two at least are needed "
-                f"(exit status {done.returncode}: {done.error()})"
-            )
-        wall_s = round(time.monotonic() - began, 1)
-        mean = sum(throughputs) / len(throughputs)
-        return {
-            "detail": f"{side}: {len(throughputs)} windows, mean {mean:,.1f} tok/s "
-            f"({wall_s:.0f} s)",
-            "throughputs": throughputs,
-            "wall_s": wall_s,
-            "summary": (done.document or {}).get("run_dir"),
-        }
-
     def _restart_s(self) -> float:
         measured = self.state.data("evening").get("start_s")
         planned = (self.state.plan.get("tune") or {}).get("start_s")
@@ -387,40 +324,6 @@ class Night:
         deadline = datetime.fromisoformat(self.state.deadline_at).timestamp()
         reserve = float(self.state.data("baseline").get("wall_s") or 0) + 2 * self._restart_s()
         return deadline - time.time() - reserve - MARGIN_S
-
-
-def workload_args(workload: dict[str, Any], tune: bool) -> list[str]:
-    """The workload as `tune run`'s options (tune) or `bench`'s (one level: the concurrency)."""
-    args = ["--concurrency" if tune else "--ladder", str(workload["concurrency"])]
-    if workload.get("request_file"):
-        return [*args, "--request-file", str(workload["request_file"])]
-    for key, flag in (("input_len", "--input-len"), ("output_len", "--output-len")):
-        if workload.get(key):
-            args += [flag, str(workload[key])]
-    return args
-
-
-def starts_of(data: dict[str, Any]) -> list[list[float]]:
-    """A bench step's starts, each its windows (a state written before the starts were
-    kept: its windows, one start)."""
-    return data.get("starts") or [data["throughputs"]]
-
-
-def tune_spread(tune_dir: Path) -> Spread:
-    """The start-to-start spread the tune's starts showed (its summary.json), else the
-    prior."""
-    try:
-        summary = json.loads((tune_dir / "summary.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return Spread.prior()
-    return Spread.of_tune(summary) if isinstance(summary, dict) else Spread.prior()
-
-
-def bench_windows(done: Finished) -> list[float]:
-    """The measured windows of the bench's one level (its steady throughputs)."""
-    levels = (done.document or {}).get("levels") or []
-    steady = (levels[0].get("steady") or {}) if levels else {}
-    return [float(v) for v in steady.get("throughputs") or []]
 
 
 def hand_back(cache_dir: Path | None) -> None:

@@ -12,7 +12,7 @@ import pytest
 
 from glm5svc.config import Config
 from glm5svc.errors import ConfigError
-from glm5svc.night.chain import Night, starts_of, tune_spread
+from glm5svc.night.chain import Night
 from glm5svc.night.compare import (
     MOST_STARTS,
     NOT_WITHIN,
@@ -23,6 +23,7 @@ from glm5svc.night.compare import (
     planned,
     starts_needed,
 )
+from glm5svc.night.measure import Benches, starts_of, tune_spread
 from glm5svc.night.plan import plan_night, verdict_line
 from glm5svc.night.state import NightState
 from glm5svc.tune.start_model import PRIOR_START_SPREAD
@@ -133,8 +134,8 @@ def test_the_starts_of_a_side_are_kept_through_a_kill(tmp_path, monkeypatch):
             raise KeyboardInterrupt("killed")
         return {"throughputs": [100.0 + len(calls), 101.0]}
 
-    monkeypatch.setattr(Night, "_bench", bench)
-    monkeypatch.setattr(Night, "_restart_for_bench", lambda self, side: calls.append("restart"))
+    monkeypatch.setattr(Benches, "bench", bench)
+    monkeypatch.setattr(Benches, "restart", lambda self, side: calls.append("restart"))
     night = Night(night_state(tmp_path, 3), Config(), threading.Event(), log=lambda _: None)
     night.state.begin_step("baseline")
     with pytest.raises(KeyboardInterrupt):
@@ -143,7 +144,7 @@ def test_the_starts_of_a_side_are_kept_through_a_kill(tmp_path, monkeypatch):
     reloaded = NightState.load(tmp_path)
     assert len(reloaded.data("baseline")["starts"]) == 2
     again = Night(reloaded, Config(), threading.Event(), log=lambda _: None)
-    again.again = True
+    again.benches.again = True
     calls.clear()
     done = again.baseline()
     assert calls == ["restart", "bench"] and len(done["starts"]) == 3
@@ -151,8 +152,8 @@ def test_the_starts_of_a_side_are_kept_through_a_kill(tmp_path, monkeypatch):
     # The morning's first start is the apply's restart: no restart before it.
     calls.clear()
     morning = Night(night_state(tmp_path / "m", 1), Config(), threading.Event(), lambda _: None)
-    morning.again = True
-    morning._bench_starts("morning", "morning", restart_first=False)
+    morning.benches.again = True
+    morning.benches.starts("morning", "morning", restart_first=False)
     assert calls == ["bench"]
     assert starts_of({"throughputs": [1.0, 2.0]}) == [[1.0, 2.0]]  # a state of before
 
