@@ -85,7 +85,7 @@ class Spread:
             )
         model = StartModel.fit(starts, prior=prior)
         if model.observed is None:
-            source = "the tune's prior (no setting of the tune started twice)"
+            source = "the tune's prior (its starts left no degree of freedom of their own)"
         else:
             source = (
                 f"the tune's starts ({share(model.observed, 1)} over {model.replicated} degree(s) "
