@@ -214,7 +214,7 @@ class FaultBox:
         return state
 
     def measure(self, slower_when_tuned: bool = False):
-        """The morning's bench, for Night._bench: windows for what serves now."""
+        """A bench, for Benches.bench: windows for what serves now."""
         from glm5svc.night.serving import running_sha256
         from glm5svc.night.state import file_sha256
 
@@ -236,8 +236,9 @@ class FaultBox:
         import threading
 
         from glm5svc.night.chain import Night
+        from glm5svc.night.measure import Benches
 
-        monkeypatch.setattr(Night, "_bench", self.measure(slower_when_tuned))
+        monkeypatch.setattr(Benches, "bench", self.measure(slower_when_tuned))
         night = Night(state, self.loaded(), stop or threading.Event(), log=lambda _: None)
         return night, night.run()
 
