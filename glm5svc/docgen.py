@@ -10,6 +10,10 @@ glm5svc/doc_figures.py.
 
     python -m glm5svc.docgen          # write them
     python -m glm5svc.docgen --check  # exit 1 naming each file that differs (CI, tests)
+
+Longer than 400 lines: one short generator for each generated file or block, side by side
+with the one list of them (`generated_files`) that --check compares; the figures a page
+quotes are computed in glm5svc/doc_figures.py.
 """
 
 from __future__ import annotations

@@ -68,7 +68,9 @@ class Spread:
     @classmethod
     def of_tune(cls, summary: dict[str, Any]) -> Spread:
         """The spread the tune's starts showed, shrunk towards its prior as the tune's own
-        verdicts were (its trials' per-start means; settings.start_spread_prior)."""
+        verdicts were (its trials' per-start means; settings.start_spread_prior); the prior
+        yields where the starts spread wider, or so much narrower that it cannot be true on
+        this machine (the start model's rule)."""
         prior = float(
             ((summary.get("settings") or {}).get("start_spread_prior")) or PRIOR_START_SPREAD
         )
@@ -87,10 +89,12 @@ class Spread:
         if model.observed is None:
             source = "the tune's prior (its starts left no degree of freedom of their own)"
         else:
+            yields = model.dof == model.replicated  # the prior's weight dropped
             source = (
                 f"the tune's starts ({share(model.observed, 1)} over {model.replicated} degree(s) "
-                f"of freedom, with its prior {share(prior, 1)})"
-            )
+                + (f"of freedom; its prior {share(prior, 1)} yields to them)" if yields
+                   else f"of freedom, with its prior {share(prior, 1)})")
+            )  # fmt: skip
         return cls(model.sigma, model.dof, source)
 
     def to_dict(self) -> dict[str, Any]:

@@ -99,16 +99,26 @@ def test_a_side_needs_a_start_of_two_positive_windows():
         compare_mornings(EVENING, [[90.0, 0.0]])
 
 
-def test_the_spread_comes_from_the_tunes_starts_shrunk_towards_its_prior(tmp_path):
+def tune_summary(means) -> dict:
     rows = [{"setting": s, "start": i, "status": "measured", "throughput_mean": v}
-            for i, (s, v) in enumerate([("a", 100.0), ("a", 101.0), ("b", 120.0),
-                                        ("b", 119.0), ("a", 100.5)])]  # fmt: skip
+            for i, (s, v) in enumerate(means)]  # fmt: skip
     rows.append({"setting": "c", "start": 9, "status": "failed", "throughput_mean": None})
-    spread = Spread.of_tune({"settings": {"start_spread_prior": 0.15}, "trials": rows})
-    assert 0.01 < spread.sigma < PRIOR_START_SPREAD and spread.dof > 4
+    return {"settings": {"start_spread_prior": 0.15}, "trials": rows}
+
+
+def test_the_spread_comes_from_the_tunes_starts_shrunk_towards_its_prior(tmp_path):
+    # About 8 % from start to start: narrower than the prior, not so narrow as to refute it.
+    spread = Spread.of_tune(tune_summary([("a", 100.0), ("a", 110.0), ("b", 120.0),
+                                          ("b", 131.0), ("a", 92.0)]))  # fmt: skip
+    assert 0.081 < spread.sigma < PRIOR_START_SPREAD and spread.dof > 4
     assert (
-        "tune's starts (0.5 % over 3 degree(s) of freedom, with its prior 15.0 %)" in spread.source
+        "tune's starts (8.1 % over 3 degree(s) of freedom, with its prior 15.0 %)" in spread.source
     )
+    # Half a percent over three degrees of freedom: the 15 % prior cannot be true there.
+    narrow = Spread.of_tune(tune_summary([("a", 100.0), ("a", 101.0), ("b", 120.0),
+                                          ("b", 119.0), ("a", 100.5)]))  # fmt: skip
+    assert narrow.sigma < 0.01 and narrow.dof == 3
+    assert "(0.5 % over 3 degree(s) of freedom; its prior 15.0 % yields to them)" in narrow.source
     assert Spread.of_tune({"trials": []}).sigma == PRIOR_START_SPREAD
     assert tune_spread(tmp_path) == Spread.prior()  # no summary.json: the prior
     (tmp_path / "summary.json").write_text("[1]")
