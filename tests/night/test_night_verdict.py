@@ -187,3 +187,28 @@ def test_the_plan_sets_each_sides_starts_aside_before_the_tune():
         split(8 * 3600, bench_s, tune_plan, verdict_starts=6)
     assert "cannot hold both its rates" in verdict_line(1)
     assert "hold its rates" in verdict_line(1, Spread(0.02, 40, "x"))
+
+
+def test_each_start_is_measured_only_on_its_sides_configuration(tmp_path, monkeypatch):
+    """Two morning starts: the first runs the applied file; the second's restart comes up on
+    another (the file edited meanwhile): the step fails there, its restart's intent done,
+    the first start kept and nothing benched on the other configuration."""
+    from glm5svc.night import measure
+
+    running = iter(["applied", "someone-elses"])
+    acted, benched = [], []
+    monkeypatch.setattr(measure, "running_sha256", lambda config: next(running))
+    monkeypatch.setattr(measure, "wait_serving", lambda config, stop: None)
+    monkeypatch.setattr(measure.units, "act", lambda action: acted.append(action))
+    monkeypatch.setattr(Benches, "bench", lambda self, side: benched.append(side) or
+                        {"throughputs": [100.0, 101.0]})  # fmt: skip
+    night = Night(night_state(tmp_path, 2), Config(), threading.Event(), log=lambda _: None)
+    monkeypatch.setattr(night.turn, "wait_for_turn", lambda stop: None)
+    monkeypatch.setattr(night.turn, "back_in_rotation", lambda stop: None)
+    night.state.begin_step("morning")
+    with pytest.raises(measure.BenchFailed, match="does not run the applied configuration"):
+        night.benches.starts("morning", "morning", restart_first=False, runs="applied")
+    assert acted == ["restart"] and benched == ["morning"]
+    assert len(night.state.data("morning")["starts"]) == 1
+    assert night.state.step("morning")["done"] == ["restart glm5.service for the morning's start 2"]
+    assert night.state.intent("morning") is None
