@@ -3,12 +3,12 @@
 
 A night: the tune's starts (three settings, two starts each, their per-start means), from
 which the verdict's assumed spread comes as the night takes it (`Spread.of_tune`: the tune's
-start model, shrunk towards its 15 % prior), or, in the "known" rows, a spread measured over
-many starts of the machine (the true one with 40 degrees of freedom, what
-`--start-spread-prior` from a machine's own starts would give). Then N engine starts a side,
-each 3 windows: a start's level is log-normal at the true spread, each window adds 1 %
-(the H200's windows within a settled start agreed within 0.4-0.8 %). The morning's true
-effect is multiplied on top:
+start model, shrunk towards its 15 % prior, which yields to starts that refute it), or, in
+the "known" rows, a spread measured over many starts of the machine (the true one with 40
+degrees of freedom, what `--start-spread-prior` from a machine's own starts would give).
+Then N engine starts a side, each 3 windows: a start's level is log-normal at the true
+spread, each window adds 1 % (the H200's windows within a settled start agreed within
+0.4-0.8 %). The morning's true effect is multiplied on top:
 - 0 (an unchanged engine): false rollback = nights rolled back; target at most 5 %;
 - -10 %: miss = nights that kept it; target at most 20 %;
 - +10 %: kept = nights that kept it; target at least 90 %.
