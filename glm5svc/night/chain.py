@@ -12,13 +12,13 @@ tune      `glm5svc tune run --take-over` (or `--resume` its folder), within what
           happened to the tune
 apply     `glm5svc tune apply` only a confirmed overlay (it restarts glm5.service)
 morning   the same bench against the tuned service, as many starts (the apply's restart
-          the first)
+          the first), each start checked to run the applied file (its sha256 in /status)
 compare   morning against evening over their starts, at the tune's start-to-start spread,
           with a non-inferiority margin (compare.py)
 rollback  the evening's configuration back and glm5.service restarted on it: when the
           morning is worse beyond the noise or not shown within the margin, or does not
-          come up, and after any failure or
-          stop (then the night's outcome says failed or stopped)
+          come up, and after any failure or stop (then the night's outcome says failed or
+          stopped)
 report    report.md and report.json in the night's folder, the last night's record
 
 Every failure and every stop ends in `rollback`: glm5.service serves the evening's
