@@ -289,18 +289,35 @@ class TuningSection(Section):
     quantization: Literal["modelopt_fp4", "none"] | None = None
     """null: the target's choice (sm120 with GLM-5: modelopt_fp4)."""
     attention_backend: (
-        Literal["flashinfer", "triton", "fa3", "flashmla", "trtllm_mla", "nsa"] | None
+        Literal["flashinfer", "triton", "fa3", "flashmla", "trtllm_mla", "nsa", "dsa"] | None
     ) = None
-    """null: the target's choice (sm120 with GLM-5: flashinfer)."""
+    """null: the target's choice (sm120 with GLM-5: flashinfer; with sglang 0.5.17+: dsa).
+    dsa (nsa before sglang 0.5.13) runs the sparse-attention kernels below; on SM120 only with
+    sglang 0.5.17 or later (profile cu130-0.5.23) and flashinfer_sparse_mla."""
     nsa_decode_backend: (
-        Literal["trtllm", "flashmla_sparse", "flashmla_kv", "fa3", "tilelang"] | None
+        Literal[
+            "trtllm", "flashmla_sparse", "flashmla_kv", "fa3", "tilelang", "flashinfer_sparse_mla"
+        ]
+        | None
     ) = None
     """Sparse-attention (DSA) models only, spelt --dsa-* from sglang 0.5.13; null: the target's
-    choice (sm120: trtllm)."""
+    choice (sm120: trtllm; with sglang 0.5.17+: flashinfer_sparse_mla). With attention_backend
+    dsa on SM120 only flashinfer_sparse_mla runs (sglang 0.5.17+); trtllm is refused there."""
     nsa_prefill_backend: (
-        Literal["trtllm", "flashmla_sparse", "flashmla_kv", "fa3", "tilelang"] | None
+        Literal[
+            "trtllm",
+            "flashmla_sparse",
+            "flashmla_kv",
+            "fa3",
+            "tilelang",
+            "flashinfer_sparse_mla",
+            "triton_sparse_mla",
+        ]
+        | None
     ) = None
-    """DSA models only; null: the target's choice (sm120: trtllm)."""
+    """DSA models only; null: the target's choice (sm120: trtllm; with sglang 0.5.17+:
+    flashinfer_sparse_mla). With attention_backend dsa on SM120: flashinfer_sparse_mla
+    (sglang 0.5.17+) or triton_sparse_mla (0.5.22+)."""
     moe_runner_backend: Literal["flashinfer_cutlass", "auto", "triton", "cutlass"] | None = None
     """MoE models only; null: the target's choice (sm120: flashinfer_cutlass)."""
     chunked_prefill_size: PositiveInt | None = None

@@ -182,6 +182,8 @@ def figures() -> dict[str, Callable[[], str]]:
             ", ".join(f"`{d['knob'].removeprefix('tuning.')}`" for d in night()["dropped"])
             or "nothing"
         ),
+        "target_tune_power": lambda: "; ".join(estimate(target).power),
+        "night_tune_power": lambda: "; ".join(night()["tune"]["power"]),
         "tune_table": _tune_table,
     }
 

@@ -19,6 +19,7 @@ class GpuFacts:
     names: list[str] = field(default_factory=list)
     source: str = "config"  # "nvml" or "config"
     note: str = ""
+    memory_mib: int | None = None  # the smallest GPU's memory (NVML); None from config
 
     @property
     def sm(self) -> str:
@@ -62,6 +63,7 @@ def read_nvml_facts(source: PynvmlSource | None = None) -> GpuFacts:
     finally:
         source.close()
     note = "" if len(capabilities) == 1 else f"mixed compute capabilities: {sorted(capabilities)}"
+    memory = [gpu.memory_total_bytes for gpu in gpus if gpu.memory_total_bytes]
     return GpuFacts(
         count=len(gpus),
         compute_capability=min(capabilities),
@@ -69,6 +71,7 @@ def read_nvml_facts(source: PynvmlSource | None = None) -> GpuFacts:
         names=[gpu.name for gpu in gpus],
         source="nvml",
         note=note,
+        memory_mib=min(memory) // 2**20 if memory else None,
     )
 
 

@@ -27,6 +27,13 @@ from glm5svc.config import (
     secrets_file_text,
 )
 from glm5svc.config_yaml import parse_yaml, read_config_bytes
+from glm5svc.engine_limits import (
+    GRAPH_CEILING_SAFE,
+    EngineLimitError,
+    Setup,
+    needs_graph_cap,
+    problems,
+)
 from glm5svc.errors import ConfigError
 from glm5svc.facts import HostFacts
 from glm5svc.gpus import GpuFacts, detect_gpus, parse_compute_capability
@@ -221,8 +228,36 @@ def build_launch_plan(
         plan.warnings.append(f"{warning} (server.allow_unauthenticated: true)")
     _merge_extra_args(config, gpus, plan)
     _merge_env_overrides(config, plan)
+    _engine_limits(plan)
     _deprecations(plan)
     return plan
+
+
+def _engine_limits(plan: LaunchPlan) -> None:
+    """Refuse what cannot run on these GPUs (glm5svc.engine_limits), with the flags as they
+    reach sglang (extra_args included); cap the decode graphs where sglang's own ceiling
+    runs out of memory."""
+    setup = Setup({e.name: e.value for e in plan.flags}, plan.sglang.version, plan.gpus, plan.model)
+    if found := problems(setup):
+        raise EngineLimitError(
+            f"this launch cannot run on {setup.card} with sglang {plan.sglang.version}; "
+            "nothing was started",
+            problems=found,
+        )
+    if needs_graph_cap(setup):
+        running = plan.flag_value("--max-running-requests")
+        ceiling = min(GRAPH_CEILING_SAFE, int(running)) if running else GRAPH_CEILING_SAFE
+        plan.entries.append(
+            _flag(
+                flag_name("decode_graph_ceiling", plan.sglang.version),
+                ceiling,
+                f"decode CUDA graphs up to {ceiling} requests (at most 256, at most the "
+                "running-request cap): sglang's own ceiling on 96 GB cards at tensor parallel "
+                "4 and up is 512, which ran out of memory at capture for GLM's DSA on 8x RTX "
+                "PRO 6000 (256 fitted); larger batches run without a graph",
+                scope=f"SM120 DSA models, sglang {plan.sglang.version}",
+            )
+        )
 
 
 def check_model_path(config: Config, model: ModelFacts | None = None) -> None:
@@ -448,11 +483,12 @@ def _tuning_flags(config: Config, plan: LaunchPlan, nsa_fix: bool | None) -> lis
             "batch ceiling; raising it from 64 to 1024 took the reference from ~800 to 3,740 tok/s",
         ),
     ]
+    version = plan.sglang.version
     family = (
         target.attention_backend.sparse
         if model.sparse_attention
         else target.attention_backend.dense
-    )
+    ).at(version)
     entries += _chosen(
         "--attention-backend", tuning.attention_backend, family, "tuning.attention_backend", plan
     )
@@ -461,13 +497,13 @@ def _tuning_flags(config: Config, plan: LaunchPlan, nsa_fix: bool | None) -> lis
             (
                 "sparse_decode_backend",
                 tuning.nsa_decode_backend,
-                target.sparse_decode_backend,
+                target.sparse_decode_backend.at(version),
                 "tuning.nsa_decode_backend",
             ),
             (
                 "sparse_prefill_backend",
                 tuning.nsa_prefill_backend,
-                target.sparse_prefill_backend,
+                target.sparse_prefill_backend.at(version),
                 "tuning.nsa_prefill_backend",
             ),
         ):

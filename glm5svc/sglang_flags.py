@@ -47,7 +47,12 @@ FLAG_HISTORY: dict[str, FlagHistory] = {
     "--disable-cuda-graph": FlagHistory(
         deprecated_from="0.5.14", replacement="the --cuda-graph-backend-* options"
     ),
-    "--cuda-graph-max-bs": FlagHistory(removed_in="0.5.20"),
+    # The decode CUDA graph ceiling: its own flag from 0.5.14 (server_args.py, a deprecated
+    # action names it the replacement), the old one gone in 0.5.20.
+    "--cuda-graph-max-bs": FlagHistory(
+        deprecated_from="0.5.14", removed_in="0.5.20", replacement="--cuda-graph-max-bs-decode"
+    ),
+    "--cuda-graph-max-bs-decode": FlagHistory(since="0.5.14"),
     "--fp4-gemm-backend": FlagHistory(since="0.5.8"),
 }
 
@@ -55,6 +60,7 @@ FLAG_HISTORY: dict[str, FlagHistory] = {
 SPELLINGS: dict[str, tuple[str, ...]] = {
     "sparse_decode_backend": ("--dsa-decode-backend", "--nsa-decode-backend"),
     "sparse_prefill_backend": ("--dsa-prefill-backend", "--nsa-prefill-backend"),
+    "decode_graph_ceiling": ("--cuda-graph-max-bs-decode", "--cuda-graph-max-bs"),
 }
 
 
@@ -161,6 +167,7 @@ class GuardedFlag:
     dest: str  # its dest in sglang's parser (tests compare it with the real parser's)
     spellings: tuple[str, ...]  # every option string the parser gives that dest
     key: str  # the configuration key that sets it
+    other_dests: tuple[str, ...] = ()  # the dest's name in other versions
 
 
 # sglang 0.5.10.post1 and 0.5.11 (srt/server_args.py, add_cli_args): `--model-path` and
@@ -178,6 +185,7 @@ GUARDED_FLAGS: tuple[GuardedFlag, ...] = (
         "tensor_parallel_size",
         ("--tensor-parallel-size", "--tp-size"),
         "gpus.expected_count or gpus.visible_devices (tensor parallel size = GPUs used)",
+        other_dests=("tp_size",),  # sglang 0.5.23 (arg_groups) names the dest tp_size
     ),
     GuardedFlag("nnodes", ("--nnodes",), "multinode.nnodes"),
     GuardedFlag("node_rank", ("--node-rank",), "multinode.node_rank"),

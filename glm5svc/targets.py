@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
+from packaging.version import Version
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from glm5svc.errors import ConfigError
@@ -26,9 +27,25 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class NewerChoice(_Strict):
+    since: str = Field(pattern=r"^\d+\.\d+\.\d+")  # the first sglang version it is for
+    value: str | None
+    reason: str = Field(min_length=1)
+
+
 class Choice(_Strict):
     value: str | None  # None: the flag is left out and sglang chooses
     reason: str = Field(min_length=1)
+    # What replaces the choice from a newer sglang on (the last one that applies wins).
+    from_sglang: list[NewerChoice] = Field(default_factory=list)
+
+    def at(self, version: str) -> Choice:
+        """The choice for sglang `version`: the newest `from_sglang` entry it reaches."""
+        reached = [n for n in self.from_sglang if Version(version) >= Version(n.since)]
+        if not reached:
+            return self
+        newest = max(reached, key=lambda n: Version(n.since))
+        return Choice(value=newest.value, reason=f"{newest.reason} (sglang {newest.since}+)")
 
 
 class QuantizationChoice(Choice):

@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from glm5svc.config import Config, config_from_mapping
+from glm5svc.engine_limits import EngineLimitError
 from glm5svc.errors import Glm5Error
 from glm5svc.facts import HostFacts
 from glm5svc.launch_plan import LaunchPlan, plan_for_service
@@ -77,6 +78,17 @@ class Renderer:
 
     def plan(self, config: Config) -> LaunchPlan:
         return plan_for_service(config, self.facts)
+
+    def limit_refusal(self, mapping: dict[str, Any]) -> str | None:
+        """Why the plan refuses this configuration as an engine that cannot run on this host
+        (glm5svc/engine_limits.py), or None (other problems are the trial's to report)."""
+        try:
+            self.plan(config_from_mapping(mapping, "trial"))
+        except EngineLimitError as exc:
+            return "; ".join(exc.problems) or str(exc)
+        except Glm5Error:
+            return None
+        return None
 
     def refusal(self, mapping: dict[str, Any]) -> str | None:
         """Why this configuration cannot run (None: it can)."""

@@ -139,6 +139,9 @@ class Search:
         self.records: list[TrialRecord] = []
         self.best: TrialRecord | None = None
         self.again: list[dict[str, Value]] = []  # starts the verdicts asked for, in order
+        # Starts an undecided live comparison asked for: after the first pass, so that a
+        # small live effect never holds back the restart knobs' first starts.
+        self.again_live: list[dict[str, Value]] = []
         self.stopped_early: dict[str, str] = {}  # setting: why its start stopped early
         self.open: str | None = None  # the setting whose comparison awaits a start
         self.rewritten: list[TrialRecord] = []  # earlier records whose verdict moved
@@ -612,11 +615,15 @@ class Search:
         """First-pass starts not yet made, from the best so far, and starts asked for."""
         base = self.best.candidate if self.best else self.start
         seen = {self.combo_key(r.candidate) for r in self.records}
-        left = len(self.again) + sum(
-            1
-            for knob in self.space.restart_knobs
-            for value in knob.values
-            if self.combo_key({**base, knob.name: value}) not in seen
+        left = (
+            len(self.again)
+            + len(self.again_live)
+            + sum(
+                1
+                for knob in self.space.restart_knobs
+                for value in knob.values
+                if self.combo_key({**base, knob.name: value}) not in seen
+            )
         )
         if self.settings.max_trials is not None:
             left = min(left, max(0, self.settings.max_trials - self.trials_run()))
@@ -689,6 +696,7 @@ class Search:
                     yield from self._drain_again()
             progress = self._best_combo() != best_at_start
         while True:
+            yield from self._drain_again(live=True)
             if not self.distributions:
                 return  # only the live knob: every start measured all of it
             trial = self.study.ask(self.distributions)
@@ -701,9 +709,9 @@ class Search:
             yield candidate, trial
             yield from self._drain_again()
 
-    def _drain_again(self) -> Iterator[tuple[dict[str, Value], Any]]:
-        while self.again:
-            yield self.again.pop(0), None
+    def _drain_again(self, live: bool = False) -> Iterator[tuple[dict[str, Value], Any]]:
+        while self.again or (live and self.again_live):
+            yield (self.again or self.again_live).pop(0), None
 
     def _best_combo(self) -> str | None:
         return self.combo_key(self.best.candidate) if self.best else None
@@ -1079,8 +1087,12 @@ class Search:
             whose = "the candidate" if step == START_CANDIDATE else "the best"
             record.verdict += f"; another start of {whose} asked for"
             self.open = _key(record.candidate)
-            if all(self.combo_key(c) != self.combo_key(combo) for c in self.again):
-                self.again.append(dict(combo))
+            live = self.combo_key(record.candidate) == self.combo_key(best.candidate)
+            queue = self.again_live if live else self.again
+            if all(
+                self.combo_key(c) != self.combo_key(combo) for c in self.again + self.again_live
+            ):
+                queue.append(dict(combo))
 
     def _make_best(self, record: TrialRecord) -> None:
         record.became_best = True

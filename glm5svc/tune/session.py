@@ -39,7 +39,7 @@ from glm5svc.tune.outputs import STUDY_FILE, write_outputs
 from glm5svc.tune.render import Renderer, trial_mapping, write_trial_config
 from glm5svc.tune.retry import FIRST_ATTEMPT_DIR, keep_first_attempt, outside_the_candidate
 from glm5svc.tune.search import Search, SearchSettings, Workload, bench_plan_for, load_shape
-from glm5svc.tune.space import Space, load_space, space_from_dict, start_value
+from glm5svc.tune.space import Space, apply_candidate, load_space, space_from_dict, start_value
 from glm5svc.tune.trial import TrialOutcome, TrialRequest, run_trial
 
 GPU_FREE_WAIT_S = 60.0
@@ -151,7 +151,15 @@ class Tune:
             "identity": measured_on(self.config, facts),
         }
         self.renderer = Renderer(facts, check_with_sglang=sglang.installed)
-        space = load_space(request.space_path, self.config, model.moe, sglang.version)
+        space = load_space(
+            request.space_path,
+            self.config,
+            model.moe,
+            sglang.version,
+            refuse=lambda name, value: self.renderer.limit_refusal(
+                apply_candidate(self.mapping, {name: value})
+            ),
+        )
         self.space: Space = space.for_concurrency(request.workload.concurrency)
         self.start = {k.name: start_value(self.config, k.name) for k in self.space.knobs}
         self.guard = TakeOver(request.take_over)

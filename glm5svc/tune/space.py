@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -181,8 +182,21 @@ def read_space_file(path: Path | None) -> _SpaceFile:
     return spec
 
 
-def load_space(path: Path | None, config: Config, moe: bool, sglang_version: str | None) -> Space:
-    """The knobs for this target, model and sglang; what is left out says why."""
+# Why one knob's value cannot run on this host with the configuration's other settings
+# (the launch plan's engine limits: glm5svc/engine_limits.py), or None.
+Refusal = Callable[[str, Value], "str | None"]
+
+
+def load_space(
+    path: Path | None,
+    config: Config,
+    moe: bool,
+    sglang_version: str | None,
+    refuse: Refusal | None = None,
+) -> Space:
+    """The knobs for this target, model and sglang; what is left out says why. `refuse`
+    leaves out each value the launch plan would refuse on this host (an engine that cannot
+    run there), so no trial is spent on it."""
     spec = read_space_file(path)
     space = Space([], str(path or DEFAULT_SPACE))
     target = config.gpus.target
@@ -202,6 +216,8 @@ def load_space(path: Path | None, config: Config, moe: bool, sglang_version: str
                 continue
         start = start_value(config, name)
         ordered = [start] + [v for v in values if v != start]
+        if refuse is not None:
+            ordered = [start] + _runnable(name, ordered[1:], refuse, space.left_out)
         restart = knob.restart
         if not restart and not isinstance(start, int):
             restart = True
@@ -216,6 +232,16 @@ def load_space(path: Path | None, config: Config, moe: bool, sglang_version: str
             problems=space.left_out,
         )
     return space
+
+
+def _runnable(name: str, values: list[Value], refuse: Refusal, left_out: list[str]) -> list[Value]:
+    kept = []
+    for value in values:
+        if reason := refuse(name, value):
+            left_out.append(f"{name}={value}: the launch plan refuses it on this host: {reason}")
+        else:
+            kept.append(value)
+    return kept
 
 
 def _dedupe(values: list[Value]) -> list[Value]:

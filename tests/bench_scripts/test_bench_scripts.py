@@ -37,6 +37,7 @@ SHORT_RUN_TESTS = {
     "telemetry.py": "test_telemetry_short",
     "tune_fleet.py": "test_tune_fleet_short",
     "tune_plan.py": "test_tune_plan_short",
+    "tune_power.py": "test_tune_power_short",
     "tune_recorded.py": "test_tune_recorded_short",
     "tune_search.py": "test_tune_search_short",
 }
@@ -150,6 +151,22 @@ def test_tune_search_short(tmp_path):
     # Graphs double the throughput: no noise level leaves the search below its start.
     assert all(r["worse_than_start"] == 0 and r["mean_starts"] >= 3 for r in rows)
     assert "the search ends on the optimum" in done.stdout
+
+
+def test_tune_power_short(tmp_path):
+    """bench/tune_power.py --short at quiet held-out spreads (3 % windows, starts 5.8 %, the
+    H100's measured start spread as the prior): the rates it prints and writes."""
+    out = tmp_path / "power.json"
+    done = run([sys.executable, "bench/tune_power.py", "--short", "--window-spread", "0.03",
+                "--start-spread", "0.058", "--start-spread-prior", "0.06", "--out", str(out)],
+               300)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    figures = json.loads(out.read_text())
+    null, higher, lower = figures["rows"]
+    assert null["measure"] == "false promotion" and null["share"]["hits"] == 0
+    assert higher["share"]["rate"] >= 0.75 and lower["share"]["rate"] >= 0.75
+    assert figures["night_starts"] >= 2 and [r["effect"] for r in figures["restart"]] == [0.5]
+    assert "the smallest restart effect a night finds half the time" in done.stdout
 
 
 @pytest.fixture(scope="module")

@@ -1,24 +1,34 @@
 """The patch flashinfer-autotune-cache, run: sglang's own `_flashinfer_autotune`, patched in
 the real 0.5.9-0.5.11 wheels, executed against stand-ins for torch and FlashInfer. It names
 the cache file by GPU, FlashInfer version, MoE backend, start cap and rank, under the folder
-the launch plan gives, and leaves autotune as it was without that folder or `cache=`."""
+the launch plan gives, and leaves autotune as it was without that folder or `cache=`. From
+0.5.12.post1 sglang keeps its own file under SGLANG_CACHE_DIR, which the plan shares."""
 
 from __future__ import annotations
 
 import ast
 import contextlib
 import inspect
+import json
 import logging
 import os
 import sys
 import types
+import zipfile
 from types import SimpleNamespace
 
 import pytest
 
-from glm5svc.launch_plan import AUTOTUNE_DIR_ENV
+from glm5svc.config import config_from_mapping
+from glm5svc.gpus import GpuFacts
+from glm5svc.launch_plan import AUTOTUNE_DIR_ENV, build_launch_plan
 from glm5svc.patches import Verdict, patch_report
 from glm5svc.patches.engine import apply_patch
+from glm5svc.profiles import SglangVersion, load_profile
+from glm5svc.tune.render import trial_mapping
+from glm5svc.tune.space import apply_candidate
+
+from .conftest import sglang_wheel
 
 pytestmark = pytest.mark.slow
 CACHE = "flashinfer-autotune-cache"
@@ -99,3 +109,44 @@ def test_the_cache_file_is_keyed_and_used(make_site, tmp_path, monkeypatch, vers
     monkeypatch.setenv(AUTOTUNE_DIR_ENV, str(tmp_path / "tuned"))
     run_method(source, old_autotune, monkeypatch)
     assert entered == ["old", "old"]
+
+
+def test_the_current_profile_keeps_sglangs_own_cache_under_server_cache_dir(tmp_path):
+    """sglang 0.5.23 (profile cu130-0.5.23) writes its FlashInfer autotune results under
+    SGLANG_CACHE_DIR and reads them back by default; the plan puts SGLANG_CACHE_DIR under
+    server.cache_dir, the same folder for glm5.service and for every tune trial."""
+    version = load_profile("cu130-0.5.23").sglang_version
+    with zipfile.ZipFile(sglang_wheel(version)) as wheel:
+        runner = wheel.read("sglang/srt/model_executor/runner/flashinfer_autotune.py").decode()
+        environ = wheel.read("sglang/srt/environ.py").decode()
+    path_fn = ast.unparse(
+        next(
+            n
+            for n in ast.walk(ast.parse(runner))
+            if getattr(n, "name", "") == "flashinfer_autotune_cache_path"
+        )
+    )
+    assert "envs.SGLANG_CACHE_DIR.get()" in path_fn and "'autotune'" in path_fn
+    assert "SGLANG_FLASHINFER_AUTOTUNE_CACHE = EnvBool(True)" in environ
+
+    model = tmp_path / "glm5"
+    model.mkdir()
+    (model / "config.json").write_text(
+        json.dumps({"architectures": ["GlmMoeDsaForCausalLM"], "index_topk": 64})
+    )
+    mapping = {
+        "model": {"path": str(model)},
+        "server": {"profile": "cu130-0.5.23", "cache_dir": str(tmp_path / "cache")},
+    }
+    gpus = GpuFacts(8, (12, 0), "590", ["NVIDIA RTX PRO 6000"] * 8, "nvml", memory_mib=97887)
+
+    def sglang_cache(data):
+        config = config_from_mapping(data)
+        plan = build_launch_plan(config, gpus=gpus, sglang=SglangVersion(version, True, "t"))
+        return plan.env["SGLANG_CACHE_DIR"]
+
+    service = sglang_cache(mapping)
+    assert service == str(tmp_path / "cache" / "sglang")
+    for candidate in ({"tuning.cuda_graph": True}, {"tuning.mem_fraction_static": 0.88}):
+        trial = trial_mapping(apply_candidate(mapping, candidate), tmp_path / "trial")
+        assert sglang_cache(trial) == service

@@ -45,6 +45,19 @@ def test_cu130_profile_fields():
     assert pins["transformers"] == "5.6.0"
 
 
+def test_current_profile_fields():
+    """The profile on a current sglang: 0.5.23's own pins, CUDA 13.0's torch build."""
+    profile = load_profile("cu130-0.5.23")
+    assert (profile.sglang_version, profile.torch_version) == ("0.5.23", "2.14.1")
+    assert profile.cuda_version == "13.0" and profile.python_version == "3.12"
+    pins = pinned_requirements(profile)
+    assert pins["sglang"] == "0.5.23" and pins["torch"] == "2.14.1"
+    assert pins["flashinfer-python"] == "0.7.2" and "flashinfer-cubin" not in pins
+    assert pins["sglang-kernel"] == "0.4.10" and pins["sgl-deep-gemm"] == "0.2.3.post2"
+    assert pins["transformers"] == "5.19.0"
+    assert flag_name("sparse_decode_backend", profile.sglang_version) == "--dsa-decode-backend"
+
+
 def test_unknown_profile_names_the_known_ones():
     with pytest.raises(
         ConfigError, match=r"unknown stack profile 'cu13'.*known profiles: cu128, cu130"
@@ -78,7 +91,7 @@ def test_a_second_profile_is_data_only(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["cu128", "cu130"])
+@pytest.mark.parametrize("name", profiles.known_profiles())
 def test_lock_file_holds_the_wheels_own_pins(name):
     """Every Requires-Dist of the profile's sglang wheel (Linux x86_64, the profile's Python,
     no extras) is in the lock at a version it allows; == pins exactly."""

@@ -11,7 +11,11 @@ import json
 import sys
 
 from sglang.srt.server_args import ServerArgs
-from sglang.srt.server_args_config_parser import ConfigArgumentMerger
+
+try:  # moved under sglang.srt.utils in 0.5.19
+    from sglang.srt.server_args_config_parser import ConfigArgumentMerger
+except ImportError:
+    from sglang.srt.utils.server_args_config_parser import ConfigArgumentMerger
 
 
 def api_key_for(argv):

@@ -72,4 +72,4 @@ def test_every_profile_parser_reads_the_multinode_flags(sglang_parser_pythons):
         dests = parsed["dests"]
         assert (dests["nnodes"], dests["node_rank"]) == (2, 1), profile
         assert dests["dist_init_addr"] == "10.0.0.11:20000"
-        assert dests["tensor_parallel_size"] == 16
+        assert dests.get("tensor_parallel_size", dests.get("tp_size")) == 16  # tp_size: 0.5.23

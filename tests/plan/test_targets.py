@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from packaging.version import Version
 
 from glm5svc.config import config_from_mapping, load_config
 from glm5svc.errors import ConfigError
@@ -283,13 +284,23 @@ def reference_plan(profile: str, version: str, tmp_path: Path):
     return build_launch_plan(config, gpus=SM120_X8, sglang=installed(version))
 
 
-def assert_reference_parsed(parsed: dict) -> None:
-    assert parsed["tensor_parallel_size"] == 8
+def tp_size(parsed: dict) -> int:
+    """The tensor parallel size: dest tensor_parallel_size up to 0.5.11, tp_size in 0.5.23."""
+    return parsed["tensor_parallel_size"] if "tensor_parallel_size" in parsed else parsed["tp_size"]
+
+
+def assert_reference_parsed(parsed: dict, version: str) -> None:
+    assert tp_size(parsed) == 8
     assert parsed["quantization"] == "modelopt_fp4"
     assert parsed["mem_fraction_static"] == 0.92
     assert parsed["max_running_requests"] == 1024
-    assert parsed["attention_backend"] == "flashinfer"
-    assert parsed["nsa_decode_backend"] == parsed["nsa_prefill_backend"] == "trtllm"
+    if Version(version) >= Version("0.5.17"):  # sglang's own SM120 DSA path (targets.yaml)
+        assert parsed["attention_backend"] == "dsa"
+        assert parsed["dsa_decode_backend"] == parsed["dsa_prefill_backend"]
+        assert parsed["dsa_decode_backend"] == "flashinfer_sparse_mla"
+    else:
+        assert parsed["attention_backend"] == "flashinfer"
+        assert parsed["nsa_decode_backend"] == parsed["nsa_prefill_backend"] == "trtllm"
     assert parsed["moe_runner_backend"] == "flashinfer_cutlass"
     assert parsed["disable_cuda_graph"] is True
     assert parsed["disable_radix_cache"] is True
@@ -320,12 +331,12 @@ def test_every_profile_plan_is_accepted_by_its_own_sglang_parser(sglang_parser_p
         )
         assert parsed_version == version
         assert "error" not in ours, (profile_name, ours)
-        assert_reference_parsed(ours["dests"])
+        assert_reference_parsed(ours["dests"], version)
         assert "error" not in dense, (profile_name, dense)
         assert dense["dests"]["attention_backend"] == "triton"
         assert dense["dests"]["load_format"] == "dummy"
         assert dense["dests"]["quantization"] is None
-        assert dense["dests"]["tensor_parallel_size"] == 1
+        assert tp_size(dense["dests"]) == 1
         assert dense["dests"]["sampling_backend"] == "pytorch"
         assert "error" in abbreviated, "allow_abbrev=False must refuse --tp"
         for flag in FLAG_HISTORY:

@@ -16,6 +16,8 @@ import yaml
 from glm5svc.tune.apply import NotConfirmed, refused_by_confirmation
 from glm5svc.tune.confirmation import CONFIRMED, CUT, FAILED, NOT_RUN, of_run
 from glm5svc.tune.evidence import paired_windows, start_records_of
+from glm5svc.tune.evidence import setting_key as _key
+from glm5svc.tune.in_start import InStartConfirmation
 from glm5svc.tune.outputs import SUMMARY_FILE, TUNED_FILE, write_outputs
 from glm5svc.tune.report import result_lines
 from glm5svc.tune.search import Search, SearchSettings
@@ -82,12 +84,12 @@ def cap_then_graphs(candidate) -> float:
 
 
 def test_a_resume_confirms_its_new_best_and_never_inherits_the_old_ones(tmp_path):
-    """Run 1 (one trial for the screen) confirms cap 64; the resume screens graphs on, which
-    becomes the best: it owes, and makes, its own confirmation; the overlay written is the
-    one that confirmation tested."""
+    """Run 1 (one start: the screen, and cap 64 confirmed on fresh rounds in it) confirms
+    cap 64; the resume screens graphs on, which becomes the best: it owes, and makes, its
+    own confirmation; the overlay written is the one that confirmation tested."""
     run_dir = tmp_path / "run"
     first, summary = tune(run_dir, CAP_AND_GRAPHS, GRAPHS_OFF_CAP_8, Executor(cap_then_graphs),
-                          max_trials=2)  # fmt: skip
+                          max_trials=1)  # fmt: skip
     assert first.best.candidate == {CAP: 64, GRAPHS: False}
     assert summary["confirmation"] == CONFIRMED
     assert summary["overlay"] == {"tuning": {"max_running_requests": 64}}
@@ -161,10 +163,16 @@ def test_confirming_starts_are_never_screening_evidence(tmp_path):
     run_dir = tmp_path / "run"
     tune(run_dir, CAP_AND_GRAPHS, GRAPHS_OFF_CAP_8, Executor(cap_then_graphs), max_trials=2)
     search, _ = tune(run_dir, CAP_AND_GRAPHS, GRAPHS_OFF_CAP_8, Watched(cap_then_graphs))
-    confirming = {r.start for r in search.records if r.confirming}
+    confirming = [r for r in search.records if r.confirming]
     assert confirming
     rows = start_records_of(search.records, search.combo_key)
-    assert rows and not {row.order for row in rows} & confirming
+    # Each row is a screening record's mean (a start may hold both: the in-start
+    # confirmation's fresh rounds are records of their own); none is a confirming one's.
+    screening = {(_key(r.candidate), r.start): r.mean for r in search.records
+                 if not r.confirming and r.status == "measured"}  # fmt: skip
+    assert rows and all(screening[(row.setting, row.order)] == row.throughput for row in rows)
+    only_confirming = {r.start for r in confirming} - {start for _, start in screening}
+    assert not {row.order for row in rows} & only_confirming
     cap_64 = {CAP: 64, GRAPHS: False}
     mine, _ = paired_windows(search.records, cap_64, GRAPHS_OFF_CAP_8)
     screened = sum(
@@ -172,6 +180,13 @@ def test_confirming_starts_are_never_screening_evidence(tmp_path):
         if r.candidate == cap_64 and not r.confirming and r.status == "measured"
     )  # fmt: skip
     assert len(mine) == screened  # the confirming start's pairs are not among them
+
+
+@pytest.fixture
+def fresh_start_confirmation(monkeypatch):
+    """The confirmation by a fresh engine start, as when the start that found the cap could
+    not confirm it in place (in_start.py; cut, or its engine not the overlay as written)."""
+    monkeypatch.setattr(InStartConfirmation, "for_start", classmethod(lambda *a: None))
 
 
 # ----- a knob whose own comparison is not better is not written --------------------------
@@ -188,13 +203,15 @@ def graphs_off(cap_gain: float = 1.0):
     return lambda c: 1000.0 * (1.5 if not c[GRAPHS] else 1.0) * (cap_gain if c[CAP] > 64 else 1)
 
 
-def test_a_no_effect_cap_riding_with_a_restart_gain_is_not_written(tmp_path):
+def test_a_no_effect_cap_riding_with_a_restart_gain_is_not_written(
+    tmp_path, fresh_start_confirmation
+):
     """Graphs off is a real +50 %; the cap has no effect, and the screen's best has graphs
     off at cap 256 (the best of three noisy caps, this seed). The overlay holds graphs off
     only, the cap stays at the start's 64, the confirmation tests exactly that, and the
     summary and tuned.yaml say why."""
     run_dir = tmp_path / "run"
-    executor = Watched(graphs_off(), noise=0.03, seed=2)
+    executor = Watched(graphs_off(), noise=0.03, seed=3)
     search, summary = tune(run_dir, THREE_CAPS, GRAPHS_ON_CAP_64, executor)
     assert search.best.candidate == {CAP: 256, GRAPHS: False}  # the cap rides along
     assert summary["best_changes"] == {"tuning": {"max_running_requests": 256, "cuda_graph": False}}
@@ -251,7 +268,9 @@ SETTINGS = {"max_repeats": 4}  # the confirming start plans 8 pairs, looked at 4
 
 
 @pytest.mark.parametrize(("cut_at", "measured"), [(6, 6), (2, 2)])
-def test_a_cut_confirmation_is_recorded_as_cut_with_what_it_measured(tmp_path, cut_at, measured):
+def test_a_cut_confirmation_is_recorded_as_cut_with_what_it_measured(
+    tmp_path, fresh_start_confirmation, cut_at, measured
+):
     """A signal in the second half of the confirming start (after its undecided first look)
     or before halfway: the run records "cut" with the pairs measured, never "failed" or
     "no confirming start was made", and names the resume that continues it."""
@@ -271,7 +290,9 @@ def test_a_cut_confirmation_is_recorded_as_cut_with_what_it_measured(tmp_path, c
         refused_by_confirmation(run_dir)
 
 
-def test_a_resume_continues_a_cut_confirmation_to_its_planned_look(tmp_path):
+def test_a_resume_continues_a_cut_confirmation_to_its_planned_look(
+    tmp_path, fresh_start_confirmation
+):
     """Cut after 6 of 8 planned pairs: the resume's confirming start measures the 2 left
     and the verdict is the planned second look over all 8 (the cut start's 6 and its 2)."""
     run_dir = tmp_path / "run"

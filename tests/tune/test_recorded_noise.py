@@ -129,6 +129,6 @@ def test_the_stand_in_measures_a_b_b_a_and_asks_after_every_round(tmp_path):
     assert flat[2] == pytest.approx(1.1 * flat[1])  # a constant recording: the truth alone
     assert outcome.runs[0].throughput == pytest.approx(100.0)  # the objective: output tokens
     assert outcome.runs[0].total_throughput == pytest.approx(110.0)  # 100 output + 10 prefill
-    assert engine.starts == 1 and engine.windows == 8
+    assert engine.starts == 1 and engine.windows == 4
     failing = RecordedEngine(resampler, lambda s: 1.0, None, 5.0, fail_start=lambda n, c: True)
     assert failing(0, {}, {}, decide, 0.0, ()).status == "failed"
