@@ -18,7 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from glm5svc.commands.night import DEFAULT_WINDOWS, NIGHT_BUDGET_S
+from glm5svc.commands.night import DEFAULT_VERDICT_STARTS, DEFAULT_WINDOWS, NIGHT_BUDGET_S
 from glm5svc.config import Config
 from glm5svc.night.plan import bench_estimate_s, split
 from glm5svc.night.plan import clock as night_clock
@@ -51,7 +51,7 @@ def _night() -> dict[str, Any]:
     def tune_plan_for(budget_s: float) -> dict[str, Any]:
         return estimate(target_inputs(budget_s)).to_dict()
 
-    return split(NIGHT_BUDGET_S, bench_s, tune_plan_for)
+    return split(NIGHT_BUDGET_S, bench_s, tune_plan_for, DEFAULT_VERDICT_STARTS)
 
 
 def _count(n: int, what: str) -> str:

@@ -34,6 +34,8 @@ prints (TUNE_OPTIONS) finish in a few minutes.
 The tune starts its own engines on the configuration's port: stop the try-out first.
 
     python3 -m testkit.try_out [--keep-running] [--short]
+
+`scripts/try --night` runs one short unattended night instead (testkit/try_night.py).
 """
 
 from __future__ import annotations
@@ -74,10 +76,10 @@ TUNE_SPACE_FILE = WORK / "tune-space.yaml"
 # live cap's two values, its confirming start): minutes, not GLM-5's hours.
 CAP = "tuning.max_running_requests"
 TUNE_SPACE = {"knobs": [{"key": CAP, "values": [4, 64], "restart": False}]}
-TUNE_OPTIONS = [
-    "--concurrency", "16", "--input-len", "64", "--output-len", "16", "--window", "1",
-    "--settle", "0.5", "--min-repeats", "2", "--max-repeats", "4", "--max-trials", "2",
-]  # fmt: skip
+TUNE_WORKLOAD = ["--concurrency", "16", "--input-len", "64", "--output-len", "16"]
+TUNE_SEARCH = ["--window", "1", "--settle", "0.5", "--min-repeats", "2", "--max-repeats", "4",
+               "--max-trials", "2"]  # fmt: skip
+TUNE_OPTIONS = [*TUNE_WORKLOAD, *TUNE_SEARCH]
 READY_TIMEOUT_S = 60
 STOP_TIMEOUT_S = 30
 

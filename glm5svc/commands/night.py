@@ -43,12 +43,14 @@ NIGHT_BUDGET_S = 8 * 3600.0
 # The tune's own default (WorkloadOptions.concurrency; tests/night checks they agree).
 DEFAULT_CONCURRENCY = 256
 DEFAULT_WINDOWS = 3
+DEFAULT_VERDICT_STARTS = 1
 # What each action's --help says above its options (docs/operations.md has the whole story).
 DESCRIPTIONS = {
     "plan": "Print the night's plan and run nothing: the budget split between the evening's "
-    "bench, the tune (with its own plan: the starts it makes and the knobs it drops to fit) "
-    "and the morning's apply, bench and a rollback's restart kept in reserve. The same "
-    "options as `night begin`.",
+    "fresh starts, each benched, the tune (with its own plan: the starts it makes and the "
+    "knobs it drops to fit) and the morning's apply and as many starts and benches, with a "
+    "rollback's restart kept in reserve; and what the morning's verdict can tell with that "
+    "many starts. The same options as `night begin`.",
     "begin": "Start a night: make its folder under service.results_dir/night/, print its "
     "plan and start glm5-tune.service, which runs it on the box (the caller may go away).",
     "resume": "What glm5-tune.service runs: the night in progress (service.results_dir/"
@@ -144,6 +146,15 @@ def _night_options(parser) -> None:
         range=Range(2, False, 100),
         help="steady windows of each bench (evening, morning): the interval's replicates",
     )
+    add_number(
+        parser,
+        "--verdict-starts",
+        kind=int,
+        default=DEFAULT_VERDICT_STARTS,
+        range=Range(1, False, 20),
+        help="engine starts of each side (evening, morning), each benched: the morning "
+        "verdict's replicates (the start-to-start spread is most of the noise)",
+    )
     workload = parser.add_argument_group("the workload the tune and both benches use")
     add_number(
         workload,
@@ -202,7 +213,7 @@ def _plan(args):
     """The night's plan; the tune's --plan runs leave their logs in a scratch folder."""
     import tempfile
 
-    from glm5svc.night.chain import workload_args
+    from glm5svc.night.measure import workload_args
     from glm5svc.night.plan import night_plan
 
     config, config_path, workload = _prepared(args)
@@ -215,6 +226,7 @@ def _plan(args):
             args.windows,
             args.budget_s,
             Path(scratch),
+            args.verdict_starts,
         )
     return config, config_path, workload, plan
 

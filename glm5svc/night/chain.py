@@ -4,16 +4,21 @@ Longer than 400 lines: the steps in their order and each one's failure path besi
 one class; what they look at on the box is in box.py, the state in state.py.
 
 evening   the configuration as it serves, kept byte for byte (evening.yaml); glm5.service up
-baseline  `glm5svc bench` on the tune's workload: the evening's windows
+baseline  `glm5svc bench` on the tune's workload, on fresh engine starts of the evening's
+          configuration (plan `verdict_starts` of them, glm5.service restarted before each
+          unless the evening step just started it): the evening's starts and windows
 tune      `glm5svc tune run --take-over` (or `--resume` its folder), within what the budget
           leaves after the morning's steps; glm5.service is started again after it whatever
           happened to the tune
 apply     `glm5svc tune apply` only a confirmed overlay (it restarts glm5.service)
-morning   the same bench against the tuned service
-compare   morning against evening with an interval (compare.py)
+morning   the same bench against the tuned service, as many starts (the apply's restart
+          the first), each start checked to run the applied file (its sha256 in /status)
+compare   morning against evening over their starts, at the tune's start-to-start spread,
+          with a non-inferiority margin (compare.py)
 rollback  the evening's configuration back and glm5.service restarted on it: when the
-          morning is worse beyond the noise or does not come up, and after any failure or
-          stop (then the night's outcome says failed or stopped)
+          morning is worse beyond the noise or not shown within the margin, or does not
+          come up, and after any failure or stop (then the night's outcome says failed or
+          stopped)
 report    report.md and report.json in the night's folder, the last night's record
 
 Every failure and every stop ends in `rollback`: glm5.service serves the evening's
@@ -49,9 +54,10 @@ from glm5svc.config import Config
 from glm5svc.errors import Glm5Error
 from glm5svc.night import box, units
 from glm5svc.night.box import first_line, keep_aside
-from glm5svc.night.children import Finished, Stopped, glm5svc_argv, run_child
+from glm5svc.night.children import Stopped, glm5svc_argv, run_child
 from glm5svc.night.compare import compare_mornings
 from glm5svc.night.fleet_turn import FleetTurn
+from glm5svc.night.measure import Benches, refuse_other, starts_of, tune_spread, workload_args
 from glm5svc.night.report import write_report, write_textfile
 from glm5svc.night.serving import running_sha256, wait_serving
 from glm5svc.night.state import NightState, current_night, file_sha256, set_current
@@ -59,6 +65,7 @@ from glm5svc.night.state import NightState, current_night, file_sha256, set_curr
 EXIT_CONFIG = 78  # tune apply refused the overlay (not confirmed, measured elsewhere)
 RESTART_GUESS_S = 120.0  # a start of glm5.service before one is measured
 MARGIN_S = 60.0
+NOT_WITHIN_WHY = "not shown within the margin of the evening"
 
 
 class StepFailed(Glm5Error):
@@ -81,6 +88,7 @@ class Night:
         self.restart_error: str | None = None  # glm5.service's start after the tune, failed
         self.recorded = True
         self.in_step: str | None = None  # the step running, until its end is saved
+        self.benches = Benches(state, config, stop, self.turn)
 
     # ----- the chain ----------------------------------------------------------------
 
@@ -159,8 +167,9 @@ class Night:
             self._decide("rolled_back", f"the tuned service did not come up: {morning['why']}")
             return
         verdict = self._once("compare", self.compare)
-        if verdict["verdict"] == "worse":
-            self._decide("rolled_back", f"the morning is worse beyond the noise: {verdict['text']}")
+        if verdict["rollback"]:
+            why = "worse beyond the noise" if verdict["verdict"] == "worse" else NOT_WITHIN_WHY
+            self._decide("rolled_back", f"the morning is {why}: {verdict['text']}")
         else:
             self._decide("tuned", f"the confirmed overlay serves: {verdict['text']}")
 
@@ -201,7 +210,12 @@ class Night:
         return {"detail": detail, "start_s": start_s}
 
     def baseline(self) -> dict[str, Any]:
-        return self._bench("evening")
+        # The morning's starts are fresh; so are the evening's (an engine up for days is
+        # not what the morning measures): restarted unless the evening step started it.
+        # Each start measured is checked to run the evening's file (its sha256 in /status).
+        fresh = self.state.data("evening").get("start_s") is not None
+        evening = file_sha256(self.state.evening_config)
+        return self.benches.starts("baseline", "evening", restart_first=not fresh, runs=evening)
 
     def tune(self) -> dict[str, Any]:
         state = self.state
@@ -313,18 +327,16 @@ class Night:
             return {"detail": f"glm5.service does not serve: {why}", "serving": False, "why": why}
         running = running_sha256(self.config)
         applied = self.state.data("apply").get("written_sha256")
-        if applied and running != applied:
-            raise StepFailed(
-                f"glm5.service does not run the applied configuration (sha256 {applied[:12]}; "
-                f"it started on {(running or 'an unknown one')[:12]}): nothing to measure"
-            )
+        if applied:  # before it takes traffic again
+            refuse_other(running, applied, "morning")
         self.turn.back_in_rotation(self.stop)
-        return {**self._bench("morning"), "serving": True, "measured_sha256": running}
+        measured = self.benches.starts("morning", "morning", restart_first=False, runs=applied)
+        return {**measured, "serving": True, "measured_sha256": running}
 
     def compare(self) -> dict[str, Any]:
-        evening = self.state.data("baseline")["throughputs"]
-        morning = self.state.data("morning")["throughputs"]
-        comparison = compare_mornings(evening, morning).to_dict()
+        evening, morning = (starts_of(self.state.data(step)) for step in ("baseline", "morning"))
+        spread = tune_spread(self.state.tune_dir)
+        comparison = compare_mornings(evening, morning, spread).to_dict()
         return {"detail": comparison["text"], **comparison}
 
     def rollback(self) -> dict[str, Any]:
@@ -395,37 +407,6 @@ class Night:
             self.restart_error = first_line(exc)
             self.state.note(f"tune: glm5.service did not start after the tune: {exc}")
 
-    def _bench(self, side: str) -> dict[str, Any]:
-        began = time.monotonic()
-        argv = glm5svc_argv(
-            self.state.config_path,
-            "bench",
-            *workload_args(self.state.workload, tune=False),
-            "--windows",
-            str(self.state.windows),
-            "--baseline",
-            "none",
-            "--results-dir",
-            str(self.state.night_dir / side),
-            "--json",
-        )
-        done = run_child(argv, f"bench-{side}", self.state.night_dir, self.stop)
-        throughputs = bench_windows(done)
-        if len(throughputs) < 2:
-            raise StepFailed(
-                f"the {side} bench gave {len(throughputs)} window(s), two at least are needed "
-                f"(exit status {done.returncode}: {done.error()})"
-            )
-        wall_s = round(time.monotonic() - began, 1)
-        mean = sum(throughputs) / len(throughputs)
-        return {
-            "detail": f"{side}: {len(throughputs)} windows, mean {mean:,.1f} tok/s "
-            f"({wall_s:.0f} s)",
-            "throughputs": throughputs,
-            "wall_s": wall_s,
-            "summary": (done.document or {}).get("run_dir"),
-        }
-
     def _restart_s(self) -> float:
         measured = self.state.data("evening").get("start_s")
         planned = (self.state.plan.get("tune") or {}).get("start_s")
@@ -437,24 +418,6 @@ class Night:
         deadline = datetime.fromisoformat(self.state.deadline_at).timestamp()
         reserve = float(self.state.data("baseline").get("wall_s") or 0) + 2 * self._restart_s()
         return deadline - time.time() - reserve - MARGIN_S
-
-
-def workload_args(workload: dict[str, Any], tune: bool) -> list[str]:
-    """The workload as `tune run`'s options (tune) or `bench`'s (one level: the concurrency)."""
-    args = ["--concurrency" if tune else "--ladder", str(workload["concurrency"])]
-    if workload.get("request_file"):
-        return [*args, "--request-file", str(workload["request_file"])]
-    for key, flag in (("input_len", "--input-len"), ("output_len", "--output-len")):
-        if workload.get(key):
-            args += [flag, str(workload[key])]
-    return args
-
-
-def bench_windows(done: Finished) -> list[float]:
-    """The measured windows of the bench's one level (its steady throughputs)."""
-    levels = (done.document or {}).get("levels") or []
-    steady = (levels[0].get("steady") or {}) if levels else {}
-    return [float(v) for v in steady.get("throughputs") or []]
 
 
 def hand_back(cache_dir: Path | None) -> None:

@@ -38,6 +38,7 @@ def figures(state, side: str) -> dict[str, Any] | None:
     interval = mean_interval(windows) if len(windows) > 1 else None
     return {
         "windows": windows,
+        "starts": len(state.data(side).get("starts") or [windows]),
         "mean": sum(windows) / len(windows),
         "low": interval.low if interval else None,
         "high": interval.high if interval else None,
@@ -84,8 +85,9 @@ def _figure(side: dict[str, Any] | None) -> str:
         return "not measured"
     bounds = ""
     if side["low"] is not None:
-        bounds = f" (95 % interval {side['low']:,.1f}-{side['high']:,.1f})"
-    return f"{side['mean']:,.1f} tok/s{bounds}, {len(side['windows'])} windows"
+        bounds = f" (the windows' 95 % interval {side['low']:,.1f}-{side['high']:,.1f})"
+    starts = side.get("starts") or 1
+    return f"{side['mean']:,.1f} tok/s{bounds}, {len(side['windows'])} windows of {starts} start(s)"
 
 
 def report_markdown(doc: dict[str, Any]) -> str:

@@ -31,6 +31,7 @@ SHORT_RUN_TESTS = {
     "lab_cycles.py": "test_lab_cycles_short",
     "multi_gpu.py": "test_multi_gpu_short",
     "multi_gpu_device.sh": "test_multi_gpu_device_short",
+    "night_verdict.py": "test_night_verdict_short",
     "overhead.py": "test_overhead_short",
     "reliability.py": "test_reliability_short",
     "telemetry.py": "test_telemetry_short",
@@ -204,6 +205,31 @@ def test_tune_recorded_power(recorded_tunes):
     power = figures["rows"][1]["power"]
     _, high = tune_recorded.clopper_pearson(power["hits"], power["n"], 0.98)
     assert high >= tune_recorded.POWER_TARGET, (power, printed)
+
+
+def test_night_verdict_short(tmp_path):
+    """The real compare_mornings on simulated nights: at every spread it keeps a 10 %
+    regression in at most 20 % of nights (the safe side); where its interval holds both
+    rates, it rolls back an unchanged engine in at most 5 % and keeps a +10 % gain in at
+    least 90 %; at the recordings' spread one start a side cannot, and it says so. Each
+    rate fails only beyond what the nights can tell (its 95 % interval)."""
+    out = tmp_path / "night-verdict.json"
+    done = run([sys.executable, "bench/night_verdict.py", "--short", "--out", str(out)], 120)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    figures = json.loads(out.read_text())
+    assert 0.10 < figures["recorded_spread"] < 0.11  # the H200 recording's cap 1024
+    rows = figures["rows"]
+    assert {r["spread"] for r in rows} == {0.02, figures["recorded_spread"]}
+    for row in rows:
+        assert row["regression"]["low"] <= 0.20, row
+        if row["holds_share"] == 1:
+            assert row["unchanged"]["low"] <= 0.05 and row["gain"]["high"] >= 0.90, row
+    known = {(r["spread"], r["starts"]): r for r in rows if r["mode"] == "known"}
+    assert known[0.02, 1]["holds_share"] == 1 and known[0.02, 1]["targets_met"]
+    recorded = known[figures["recorded_spread"], 1]
+    assert recorded["holds_share"] == 0 and not recorded["targets_met"]
+    assert recorded["unchanged"]["rate"] > 0.05  # what it cannot do, printed
+    assert "H200 recording 10.7 %: 20" in done.stdout
 
 
 def test_overhead_short():

@@ -117,6 +117,17 @@ def night_ended(night: Path) -> bool:
 
 EVENING_WINDOWS = [100.0, 101.0, 99.0]
 OVERLAY = {"tuning": {"max_running_requests": 64}}
+# The tune's starts as its summary.json lists them: under 1 % from start to start, so one
+# start a side holds the morning verdict's rates (glm5svc/night/compare.py) and a morning
+# as fast as the evening is kept.
+TUNE_STARTS = [
+    {"trial": start + 1, "start": start, "setting": setting, "status": "measured", "runs": 3,
+     "throughput_mean": mean, "verdict": "", "best": False, "diagnosis": ""}
+    for start, (setting, mean) in enumerate(
+        [("evening", 100.0), ("tuned", 100.2), ("evening", 101.0), ("tuned", 99.8),
+         ("evening", 100.5)]
+    )
+]  # fmt: skip
 
 
 # glm5.service's ExecStartPre= for the faults: a start fails while the flag file exists
@@ -187,6 +198,7 @@ class FaultBox:
         (tuned=False: the tune not run yet)."""
         from glm5svc.facts import HostFacts
         from glm5svc.night.state import NightState, set_current
+        from glm5svc.tune.confirmation import confirmation_for
         from glm5svc.tune.session import measured_on
 
         night = night_dir or self.results / "night" / "20261207T200000Z"
@@ -194,7 +206,8 @@ class FaultBox:
         (night / "evening.yaml").write_bytes(self.evening)
         config = self.loaded()
         summary = {"facts": {"identity": measured_on(config, HostFacts.read(config))},
-                   "confirmed": True, "confirmation": "confirmed"}  # fmt: skip
+                   "confirmed": True, "confirmation": "confirmed", "trials": TUNE_STARTS,
+                   "confirmation_for": confirmation_for(OVERLAY)}  # fmt: skip
         (night / "tune" / "summary.json").write_text(json.dumps(summary))
         (night / "tune" / "tuned.yaml").write_text(yaml.safe_dump(OVERLAY))
         workload = {"concurrency": 8, "input_len": 16, "output_len": 16}
@@ -214,7 +227,7 @@ class FaultBox:
         return state
 
     def measure(self, slower_when_tuned: bool = False):
-        """The morning's bench, for Night._bench: windows for what serves now."""
+        """A bench, for Benches.bench: windows for what serves now."""
         from glm5svc.night.serving import running_sha256
         from glm5svc.night.state import file_sha256
 
@@ -236,8 +249,9 @@ class FaultBox:
         import threading
 
         from glm5svc.night.chain import Night
+        from glm5svc.night.measure import Benches
 
-        monkeypatch.setattr(Night, "_bench", self.measure(slower_when_tuned))
+        monkeypatch.setattr(Benches, "bench", self.measure(slower_when_tuned))
         night = Night(state, self.loaded(), stop or threading.Event(), log=lambda _: None)
         return night, night.run()
 

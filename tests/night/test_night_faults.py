@@ -161,6 +161,7 @@ def test_killed_between_the_rollbacks_write_and_its_restart_the_rerun_restarts(
     request, tmp_path, monkeypatch
 ):
     from glm5svc.night.chain import Night
+    from glm5svc.night.measure import Benches
 
     box = FaultBox(request, tmp_path, monkeypatch)
     state = box.night_at_apply()
@@ -175,7 +176,7 @@ def test_killed_between_the_rollbacks_write_and_its_restart_the_rerun_restarts(
     assert box.serving_sha() == sha(box.config.read_bytes()) != sha(box.evening)
     # The tuned process serves, the file...
     box.config.write_bytes(box.evening)  # ...is the evening's again
-    monkeypatch.setattr(Night, "_bench", box.measure())
+    monkeypatch.setattr(Benches, "bench", box.measure())
     again = Night(crashed, box.loaded(), threading.Event(), log=lambda _: None)
     assert again.run() == "rolled_back"
     assert box.serving_sha() == sha(box.evening)

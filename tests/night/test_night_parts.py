@@ -1,6 +1,6 @@
 """The night's parts, without an engine: glm5-tune.service as `glm5svc unit --tune` renders
-it (systemd-analyze verify), the morning/evening comparison, the state file a killed night
-continues from, and the night's options."""
+it (systemd-analyze verify), the state file a killed night continues from, and the night's
+options (the morning/evening comparison: test_night_verdict.py)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import pytest
 from glm5svc.cli import main
 from glm5svc.commands.night import DEFAULT_CONCURRENCY
 from glm5svc.errors import ConfigError
-from glm5svc.night.chain import hand_back, workload_args
-from glm5svc.night.compare import compare_mornings
+from glm5svc.night.chain import hand_back
+from glm5svc.night.measure import workload_args
 from glm5svc.night.state import NightState, current_night, set_current
 from glm5svc.tune.settings import WorkloadOptions
 from glm5svc.unit_file import render_fallback_unit, render_tune_unit, render_unit
@@ -93,20 +93,6 @@ def test_unit_tune_prints_it(tmp_path, capsys):
     assert main(["--config", str(config), "unit", "--fallback", "--venv", "/srv/venv"]) == 0
     text = capsys.readouterr().out
     assert f"ExecStart=/srv/venv/bin/glm5svc --config {config} night fallback --current" in text
-
-
-def test_a_morning_is_worse_only_beyond_the_noise():
-    evening = [100.0, 102.0, 98.0]
-    worse = compare_mornings(evening, [80.0, 81.0, 79.0])
-    assert worse.worse and worse.ratio.high < 1 and 0.78 < worse.ratio.mean < 0.82
-    # Within the windows' spread: no verdict against the morning.
-    close = compare_mornings(evening, [99.0, 103.0, 96.0])
-    assert not close.worse and close.verdict == "no measurable difference"
-    assert close.ratio.low < 1 < close.ratio.high
-    better = compare_mornings(evening, [150.0, 151.0, 149.0])
-    assert better.verdict == "better" and "1.500x" in better.text()
-    with pytest.raises(ValueError, match="two windows a side"):
-        compare_mornings(evening, [90.0])
 
 
 def test_a_step_cut_mid_way_runs_again_and_the_state_survives_a_reload(tmp_path):

@@ -9,6 +9,7 @@ import json
 
 import pytest
 
+from glm5svc.night.compare import NOT_WITHIN
 from glm5svc.records import LastNight
 from testkit import systemctl_stand_in as systemctl
 from tests.night.night_box import (
@@ -48,7 +49,9 @@ def test_a_slower_morning_rolls_back_after_a_reboot_mid_tune(
     assert state["steps"]["tune"]["data"]["resumed"]
     assert state["steps"]["tune"]["data"]["confirmed"] is True, state["headline"]
     assert state["outcome"] == "rolled_back", state["headline"]
-    assert state["steps"]["compare"]["data"]["verdict"] == "worse"
+    # Worse beyond the noise, or at least not shown within the margin: either rolls back.
+    verdict = state["steps"]["compare"]["data"]
+    assert verdict["rollback"] is True and verdict["verdict"] in ("worse", NOT_WITHIN), verdict
     assert state["steps"]["rollback"]["data"] == {"restored": True, "serving": True}
     assert config.read_bytes() == evening  # the evening's configuration, byte for byte
     assert systemctl.unit_pid(manager, "glm5.service")
