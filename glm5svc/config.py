@@ -362,7 +362,7 @@ class ServiceSection(Section):
     """The unattended night's metrics for node_exporter's textfile collector (its outcome, its
     deadline while one is in progress), written by the night whenever its folder exists, so
     that they outlive glm5.service; null: none. Debian's prometheus-node-exporter reads this
-    folder (--collector.textfile.directory)."""
+    folder (its collector.textfile.directory setting)."""
 
 
 class TelemetrySection(Section):

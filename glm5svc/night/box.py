@@ -16,7 +16,7 @@ from glm5svc.errors import Glm5Error
 from glm5svc.night import units
 from glm5svc.night.serving import running_sha256, serving_now, wait_serving
 from glm5svc.night.state import NightState, file_sha256
-from glm5svc.tune.apply import HEADER_START
+from glm5svc.tune.applied import HEADER_START
 
 
 def first_line(exc: BaseException) -> str:

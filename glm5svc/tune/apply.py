@@ -32,13 +32,12 @@ from glm5svc.errors import ConfigError, Glm5Error
 from glm5svc.facts import HostFacts
 from glm5svc.launch_plan import plan_for_service
 from glm5svc.sglang_flags import parse_extra_args
+from glm5svc.tune.applied import HEADER_START
 from glm5svc.tune.confirmation import refusal
 from glm5svc.tune.guard import UNIT, unit_active
 from glm5svc.tune.outputs import STUDY_FILE, SUMMARY_FILE, TUNED_FILE, read_summary
 from glm5svc.tune.session import measured_on
 from glm5svc.tune.space import apply_candidate
-
-HEADER_START = "# Tuned by `glm5svc tune apply"
 
 
 def read_overlay(run_dir: Path) -> dict[str, Any]:
