@@ -106,7 +106,11 @@ def test_tune_finds_the_engines_optimum_and_records_a_crash(tmp_path, bench_pyth
     assert started["tuning"]["max_running_requests"] == 64
     timeline = summary["timeline"]
     assert 0 < timeline["decided_s"] <= timeline["wall_s"]
-    assert summary["gain"]["mean"] > 1.5 and summary["gain"]["low"] > 1.0
+    # The screen called it on its first pairs (with the pair prior); the summary's gain is
+    # the plain interval of those few pairs, the confirmation's lower bound the bar it cleared.
+    assert summary["gain"]["mean"] > 1.5
+    low = float(summary["confirmation_detail"].split("[")[1].split("%")[0]) / 100
+    assert low > 0.03, summary["confirmation_detail"]
     assert config.read_bytes() == before  # trials have their own files
     for name in ("trials.md", "trials.csv", "tuned.yaml", "host_vars.yml", "plot.png",
                  "study.db", "summary.json"):  # fmt: skip
