@@ -43,13 +43,10 @@ from glm5svc.bench.load import ContinuousLoad, LoadShape
 from glm5svc.bench.seconds import SECONDS_FILE, SecondsRecorder
 from glm5svc.http_fetch import FetchError
 from glm5svc.metrics_text import MetricsTextError
-from lab.gpu.common import BARE_PORT, FIRED_UP, Deadline, Process, log, plan_launch, stop_gracefully
-from lab.gpu.models import TESTBED_VOCAB_SIZE
+from lab.gpu.common import BARE_PORT, Deadline, log, plan_launch, stop_gracefully
+from lab.gpu.precision_scenario import fire_up, testbed_shape
 from lab.gpu.tune_scenario import (
     CONCURRENCY,
-    INPUT_LEN,
-    LENGTH_RATIO,
-    OUTPUT_LEN,
     write_tune_config,
 )
 
@@ -147,18 +144,11 @@ def _variant(base_url: str, loads: _Loads, variant: str, count: int, fits, measu
 
 def measure_start(number: int, argv, launch_env, recorded: Path, deadline: Deadline,
                   windows: int, variant: str) -> dict:  # fmt: skip
-    server = Process(f"start{number}", argv, launch_env, recorded)
-    ready = server.wait_for(FIRED_UP, Deadline(min(START_WAIT_S, deadline.left())))
-    start: dict = {"number": number, "fired_up_s": ready and round(ready - server.started, 1)}
-    if ready is None:
-        start["error"] = "not fired up"
-        start["stop"] = stop_gracefully(server, STOP_S)
+    server, start = fire_up(number, argv, launch_env, recorded, deadline, START_WAIT_S)
+    if "error" in start:
         return start
     base_url = f"http://127.0.0.1:{BARE_PORT}"
-    shape = LoadShape(
-        concurrency=CONCURRENCY, input_len=INPUT_LEN, output_len=OUTPUT_LEN,
-        range_ratio=LENGTH_RATIO, vocab_size=TESTBED_VOCAB_SIZE, latency_probes=LATENCY_PROBES,
-    )  # fmt: skip
+    shape = testbed_shape()
     loads = _Loads(base_url, shape, seed=number * 7919)
     folder = recorded / f"start{number}"
     recorder = SecondsRecorder(base_url, {}, folder / SECONDS_FILE, loads.pacing).start()

@@ -107,20 +107,34 @@ class Reader:
         self._thread.join(10)
 
 
-def measure_start(number: int, argv, launch_env, recorded: Path, deadline: Deadline,
-                  schedule: list[tuple[int, float]]) -> dict:  # fmt: skip
+def fire_up(number: int, argv, launch_env, recorded: Path, deadline: Deadline,
+            wait_s: float = START_WAIT_S) -> tuple[Process, dict]:  # fmt: skip
+    """Start `number` of the bare testbed server, and its record so far: with `error` (the
+    server stopped again) where it never fired up within `wait_s`."""
     server = Process(f"start{number}", argv, launch_env, recorded)
-    ready = server.wait_for(FIRED_UP, Deadline(min(START_WAIT_S, deadline.left())))
+    ready = server.wait_for(FIRED_UP, Deadline(min(wait_s, deadline.left())))
     start: dict = {"number": number, "fired_up_s": ready and round(ready - server.started, 1)}
     if ready is None:
         start["error"] = "not fired up"
         start["stop"] = stop_gracefully(server, STOP_S)
-        return start
-    base_url = f"http://127.0.0.1:{BARE_PORT}"
-    shape = LoadShape(
+    return server, start
+
+
+def testbed_shape() -> LoadShape:
+    """The tune's load on the testbed (concurrency 256, 512 in, 128 out, streamed probes)."""
+    return LoadShape(
         concurrency=CONCURRENCY, input_len=INPUT_LEN, output_len=OUTPUT_LEN,
         range_ratio=LENGTH_RATIO, vocab_size=TESTBED_VOCAB_SIZE, latency_probes=LATENCY_PROBES,
     )  # fmt: skip
+
+
+def measure_start(number: int, argv, launch_env, recorded: Path, deadline: Deadline,
+                  schedule: list[tuple[int, float]]) -> dict:  # fmt: skip
+    server, start = fire_up(number, argv, launch_env, recorded, deadline)
+    if "error" in start:
+        return start
+    base_url = f"http://127.0.0.1:{BARE_PORT}"
+    shape = testbed_shape()
     load = ContinuousLoad(base_url, {}, shape, seed=number * 7919)
     reader = Reader(base_url)
     load.start()
